@@ -1,0 +1,61 @@
+"""Gateway settings: one typed object, built once (environment + CLI flags) and passed in.
+
+Environment variables use the ``UCPGW_`` prefix (``UCPGW_PORT=9000``); ``DATABASE_URL`` is also read
+without the prefix because every platform sets it that way. Tests build ``Settings(...)`` directly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """All gateway settings. Units: seconds for durations, bytes for sizes."""
+
+    model_config = SettingsConfigDict(env_prefix="UCPGW_", extra="ignore", frozen=False)
+
+    # --- foundation -------------------------------------------------------------------------
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("UCPGW_DATABASE_URL", "DATABASE_URL"),
+        description="Owner DSN (runs migrations). None: start the embedded PostgreSQL under data_dir.",
+    )
+    app_database_url: str | None = Field(
+        default=None,
+        description="DSN of the application role. None: the owner DSN with the user set to app_db_role.",
+    )
+    app_db_role: str = Field(default="ucp_gateway_app", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    app_db_password: SecretStr | None = Field(
+        default=None, description="Password given to the application role (external PostgreSQL)."
+    )
+    data_dir: Path = Path(".ucp-gateway")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    environment: Literal["production", "development"] = "production"
+    public_scheme: Literal["https", "http"] = "https"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "console"] = "json"
+    db_pool_min: int = Field(default=2, ge=1)
+    db_pool_max: int = Field(default=10, ge=1)
+    shutdown_timeout: float = Field(default=10.0, gt=0)
+    demo: bool = False
+
+    # --- discovery / vendor namespace (see docs/architecture.md) -----------------------------
+    vendor_prefix: str = Field(default="com.solidnumber", pattern=r"^[a-z][a-z0-9]*(\.[a-z][a-z0-9_]*)+$")
+    vendor_base_url: str = "https://solidnumber.com/ucp"
+
+    @field_validator("data_dir")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
+
+    @property
+    def dev_mode(self) -> bool:
+        """True only when the operator explicitly chose ``environment=development``."""
+        return self.environment == "development"

@@ -1,0 +1,13 @@
+"""PostgreSQL access: the embedded server, the migration runner, pools and the tenant context.
+
+Public surface::
+
+    async with open_database(settings) as db:      # embedded or DATABASE_URL; migrated; app-role pool
+        async with tenant_tx(db.pool, company_id) as conn:   # transaction + SET LOCAL app.company_id
+            ...
+"""
+
+from .database import Database, open_database
+from .tenant import platform_tx, tenant_tx
+
+__all__ = ["Database", "open_database", "platform_tx", "tenant_tx"]

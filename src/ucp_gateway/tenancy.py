@@ -1,0 +1,213 @@
+"""Platform, companies, sub-agents, and Host -> company resolution.
+
+A company is bound to one or more hostnames; a request whose Host is bound to no company is served
+by the platform node. Host matching is case-insensitive and ignores the port (RFC 9110 §7.2: the
+host is case-insensitive).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from .db import platform_tx, tenant_tx
+from .errors import BadRequest, Conflict, NotFound
+
+__all__ = [
+    "SUBAGENTS",
+    "TIERS",
+    "Company",
+    "CompanyNotFound",
+    "create_company",
+    "get_company",
+    "list_companies",
+    "list_subagents",
+    "normalize_host",
+    "resolve_host",
+]
+
+SUBAGENTS: tuple[str, ...] = ("sales", "ar", "ap", "commissions", "service", "compliance", "marketing", "ops")
+TIERS: tuple[str, ...] = ("starter", "growth", "pro", "enterprise")  # ordered low -> high
+SIGNATURE_POLICIES: tuple[str, ...] = ("required", "optional", "off")
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+
+
+class CompanyNotFound(NotFound):
+    code = "company_not_found"
+
+
+@dataclass(frozen=True, slots=True)
+class Company:
+    """A tenant. ``settings`` is free-form JSON owned by the subsystems (keys, discovery, verbs)."""
+
+    id: UUID
+    slug: str
+    display_name: str
+    tier: str
+    signature_policy: str
+    hostnames: tuple[str, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "slug": self.slug,
+            "display_name": self.display_name,
+            "tier": self.tier,
+            "signature_policy": self.signature_policy,
+            "hostnames": list(self.hostnames),
+        }
+
+
+def normalize_host(host: str | None) -> str:
+    """Lower-case host without port or trailing dot: ``"Shop.Example:8443"`` -> ``"shop.example"``.
+
+    Handles bracketed IPv6 (``"[::1]:8080"`` -> ``"::1"``). Returns ``""`` for a missing host.
+    """
+    if not host:
+        return ""
+    h = host.strip().lower()
+    if h.startswith("["):
+        end = h.find("]")
+        return h[1:end] if end > 0 else ""
+    if h.count(":") == 1:
+        h = h.split(":", 1)[0]
+    return h.rstrip(".")
+
+
+def _row_to_company(r: asyncpg.Record, hosts: list[str]) -> Company:
+    return Company(
+        id=r["id"],
+        slug=r["slug"],
+        display_name=r["display_name"],
+        tier=r["tier"],
+        signature_policy=r["signature_policy"],
+        hostnames=tuple(sorted(hosts)),
+        settings=dict(r["settings"] or {}),
+    )
+
+
+_SELECT = (
+    "SELECT c.id, c.slug, c.display_name, c.tier, c.signature_policy, c.settings, "
+    " coalesce(array_agg(h.hostname) FILTER (WHERE h.hostname IS NOT NULL), '{}') AS hosts "
+    "FROM companies c LEFT JOIN company_hosts h ON h.company_id = c.id "
+)
+
+
+async def resolve_host(pool: asyncpg.Pool, host: str | None) -> Company | None:
+    """The company bound to ``host`` (Host header value), or None for the platform node."""
+    name = normalize_host(host)
+    if not name:
+        return None
+    async with platform_tx(pool) as conn:
+        r = await conn.fetchrow(
+            _SELECT + "WHERE c.id = (SELECT company_id FROM company_hosts WHERE hostname = $1) GROUP BY c.id", name
+        )
+    return _row_to_company(r, list(r["hosts"])) if r else None
+
+
+async def get_company(pool: asyncpg.Pool, slug_or_id: str) -> Company:
+    """Look a company up by slug or UUID. Raises CompanyNotFound."""
+    try:
+        cid: UUID | None = UUID(slug_or_id)
+    except ValueError:
+        cid = None
+    async with platform_tx(pool) as conn:
+        if cid is not None:
+            r = await conn.fetchrow(_SELECT + "WHERE c.id = $1 GROUP BY c.id", cid)
+        else:
+            r = await conn.fetchrow(_SELECT + "WHERE c.slug = $1 GROUP BY c.id", slug_or_id.lower())
+    if r is None:
+        raise CompanyNotFound(f"unknown company {slug_or_id!r}")
+    return _row_to_company(r, list(r["hosts"]))
+
+
+async def list_companies(pool: asyncpg.Pool, *, after_slug: str | None = None, limit: int = 100) -> list[Company]:
+    """Companies ordered by slug, keyset-paginated: those with slug > ``after_slug``, at most ``limit``."""
+    async with platform_tx(pool) as conn:
+        rows = await conn.fetch(
+            _SELECT + "WHERE ($1::text IS NULL OR c.slug > $1) GROUP BY c.id ORDER BY c.slug LIMIT $2",
+            after_slug,
+            limit,
+        )
+    return [_row_to_company(r, list(r["hosts"])) for r in rows]
+
+
+def _validate(slug: str, display_name: str, tier: str, signature_policy: str, hostnames: list[str]) -> list[str]:
+    if not _SLUG.match(slug):
+        raise BadRequest("slug must be 1-63 lower-case letters, digits or '-', starting with a letter or digit")
+    if not display_name.strip() or len(display_name) > 200:
+        raise BadRequest("display name must be 1-200 characters")
+    if tier not in TIERS:
+        raise BadRequest(f"tier must be one of {', '.join(TIERS)}")
+    if signature_policy not in SIGNATURE_POLICIES:
+        raise BadRequest(f"signature policy must be one of {', '.join(SIGNATURE_POLICIES)}")
+    hosts = []
+    for h in hostnames:
+        n = normalize_host(h)
+        if not n or not (_HOST.match(n) or ":" in n):
+            raise BadRequest(f"invalid hostname {h!r}")
+        hosts.append(n)
+    return sorted(set(hosts))
+
+
+async def create_company(
+    pool: asyncpg.Pool,
+    *,
+    slug: str,
+    display_name: str,
+    hostnames: list[str] | tuple[str, ...] = (),
+    tier: str = "starter",
+    signature_policy: str = "required",
+    subagents: dict[str, bool] | None = None,
+    settings: dict[str, Any] | None = None,
+) -> Company:
+    """Create a company, its hostnames and its sub-agent rows in one transaction.
+
+    Args:
+        subagents: name -> enabled; names missing from the map are created enabled.
+    Returns: the new :class:`Company`.
+    Raises: BadRequest (invalid fields), Conflict (slug or hostname taken).
+    """
+    hosts = _validate(slug, display_name, tier, signature_policy, list(hostnames))
+    enabled = {name: True for name in SUBAGENTS} | {k: bool(v) for k, v in (subagents or {}).items()}
+    unknown = set(enabled) - set(SUBAGENTS)
+    if unknown:
+        raise BadRequest(f"unknown sub-agent(s): {', '.join(sorted(unknown))}")
+    cid = uuid.uuid4()
+    try:
+        async with tenant_tx(pool, cid) as conn:
+            await conn.execute(
+                "INSERT INTO companies (id, slug, display_name, tier, signature_policy, settings) "
+                "VALUES ($1, $2, $3, $4, $5, $6)",
+                cid,
+                slug,
+                display_name.strip(),
+                tier,
+                signature_policy,
+                settings or {},
+            )
+            await conn.executemany(
+                "INSERT INTO company_hosts (hostname, company_id) VALUES ($1, $2)", [(h, cid) for h in hosts]
+            )
+            await conn.executemany(
+                "INSERT INTO subagents (company_id, name, enabled) VALUES ($1, $2, $3)",
+                [(cid, n, e) for n, e in enabled.items()],
+            )
+    except asyncpg.UniqueViolationError as exc:
+        what = "hostname" if "company_hosts" in (exc.table_name or "") else "slug"
+        raise Conflict(f"{what} already taken", code=f"{what}_taken") from None
+    return Company(cid, slug, display_name.strip(), tier, signature_policy, tuple(hosts), settings or {})
+
+
+async def list_subagents(pool: asyncpg.Pool, company_id: UUID) -> dict[str, bool]:
+    """Sub-agent name -> enabled, for one company (read in its tenant context)."""
+    async with tenant_tx(pool, company_id) as conn:
+        rows = await conn.fetch("SELECT name, enabled FROM subagents ORDER BY name")
+    return {r["name"]: r["enabled"] for r in rows}

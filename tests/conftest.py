@@ -1,0 +1,104 @@
+"""Test fixtures: a real PostgreSQL for the whole session, a fresh migrated database per test.
+
+With ``DATABASE_URL`` set, tests run against that server (its user must be able to create databases
+and roles); otherwise one embedded PostgreSQL (pgserver) is started in a temporary directory.
+Each test that asks for ``database`` gets its own database cloned from a migrated template.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from ucp_gateway.config import Settings
+from ucp_gateway.db import Database
+from ucp_gateway.db.database import connect_database
+from ucp_gateway.db.dsn import with_database
+from ucp_gateway.db.embedded import start_embedded, stop_embedded
+from ucp_gateway.db.migrate import apply_migrations
+
+_TEMPLATE = f"ucpgw_tpl_{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+async def pg_base_dsn(tmp_path_factory) -> AsyncIterator[str]:
+    """Owner DSN of the test cluster (``postgres`` database or the DATABASE_URL database)."""
+    if os.environ.get("DATABASE_URL"):
+        yield os.environ["DATABASE_URL"]
+        return
+    server, dsn = await start_embedded(tmp_path_factory.mktemp("pg"))
+    try:
+        yield dsn
+    finally:
+        await stop_embedded(server)
+
+
+@pytest.fixture(scope="session")
+async def template_db(pg_base_dsn) -> AsyncIterator[str]:
+    """Name of a database with every migration applied, used as CREATE DATABASE ... TEMPLATE."""
+    conn = await asyncpg.connect(pg_base_dsn)
+    await conn.execute(f'DROP DATABASE IF EXISTS "{_TEMPLATE}"')
+    await conn.execute(f'CREATE DATABASE "{_TEMPLATE}"')
+    tconn = await asyncpg.connect(with_database(pg_base_dsn, _TEMPLATE))
+    try:
+        await apply_migrations(tconn)
+    finally:
+        await tconn.close()
+    try:
+        yield _TEMPLATE
+    finally:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{_TEMPLATE}" WITH (FORCE)')
+        await conn.close()
+
+
+async def _new_db(base_dsn: str, template: str) -> str:
+    name = f"ucpgw_t_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(base_dsn)
+    try:
+        for attempt in range(20):  # the template may be briefly in use by a concurrent clone
+            try:
+                await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+                break
+            except asyncpg.ObjectInUseError:
+                await asyncio.sleep(0.05 * (attempt + 1))
+    finally:
+        await conn.close()
+    return name
+
+
+async def _drop_db(base_dsn: str, name: str) -> None:
+    conn = await asyncpg.connect(base_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def db_settings(pg_base_dsn, template_db, tmp_path) -> AsyncIterator[Settings]:
+    """Settings pointing at a fresh, migrated database of its own (dropped afterwards)."""
+    name = await _new_db(pg_base_dsn, template_db)
+    try:
+        yield Settings(
+            database_url=with_database(pg_base_dsn, name),
+            data_dir=tmp_path / "data",
+            environment="development",
+            log_level="warning",
+        )
+    finally:
+        await _drop_db(pg_base_dsn, name)
+
+
+@pytest.fixture
+async def database(db_settings) -> AsyncIterator[Database]:
+    """An opened :class:`Database` (app-role pool) on a fresh database."""
+    db = await connect_database(db_settings)
+    try:
+        yield db
+    finally:
+        await db.close()
