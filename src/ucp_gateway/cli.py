@@ -63,9 +63,6 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         if report.created:
             print(f"seeded demo company {report.company.slug!r}", file=sys.stderr)
 
-    if not args.json:
-        where = (settings.database_url and "DATABASE_URL") or f"embedded PostgreSQL in {settings.data_dir}"
-        print(f"ucp-gateway {__version__} on http://{settings.host}:{settings.port} ({where})", file=sys.stderr)
     await run_server(settings, before_serve=seed if settings.demo else None)
     return 0
 
@@ -200,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _settings_from(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    for field in ("data_dir", "host", "port"):
+    fields = ("data_dir", "host", "port") if args.command == "serve" else ("data_dir",)
+    for field in fields:
         value = getattr(args, field, None)
         if value is not None:
             overrides[field] = value
