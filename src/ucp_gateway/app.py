@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
+import structlog
 from aiohttp import web
 
 from .appkeys import CLOCK, DATABASE, SETTINGS
@@ -16,7 +17,7 @@ from .clock import Clock, SystemClock
 from .config import Settings
 from .db import Database
 from .db.database import connect_database
-from .middleware import HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
+from .middleware import ACCESS_LOG, HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
 from .tenancy import HostCache
 
 __all__ = ["COMPONENTS", "create_app"]
@@ -56,6 +57,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app[HOST_CACHE] = HostCache(ttl=settings.host_cache_ttl)
+    app[ACCESS_LOG] = structlog.get_logger("ucp_gateway.http").bind()
     if database is not None:
         app[DATABASE] = database
     else:
