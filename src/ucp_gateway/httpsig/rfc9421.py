@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -19,7 +18,6 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 from http_message_signatures import HTTPMessageVerifier, algorithms
-from http_message_signatures.signatures import SignatureVerifyWarning
 from http_sf.compat import Dictionary, InnerList, Item
 from multidict import CIMultiDict
 
@@ -37,10 +35,6 @@ __all__ = [
     "public_key_from_jwk",
     "single_signature_view",
 ]
-
-# Selection is by keyid resolved in the caller's profile, so label-only selection is safe here
-# (RFC 9421 §4.3: pick expected signers); the library warns about it for every call.
-warnings.filterwarnings("ignore", category=SignatureVerifyWarning)
 
 #: (kty, crv) -> (library algorithm class, coordinate size in bytes). ES256 is required by UCP,
 #: ES384 optional (UCP signatures.md "Algorithms"). Nothing else is ever accepted.
@@ -193,7 +187,6 @@ class _GatewayVerifier(HTTPMessageVerifier):
     """The library verifier minus its own clock: freshness is checked by :mod:`.policy` with an
     injected ``now`` before this runs (the library would call ``datetime.now()``)."""
 
-    allow_label_only_selection = True
     require_created = False
 
     def validate_created_and_expires(self, sig_input, max_age=None):
@@ -221,3 +214,17 @@ def header_lines(headers: Iterable[tuple[str, str]]) -> CIMultiDict[str]:
 
 
 __all__ += ["epoch", "header_lines"]
+
+
+def signature_base(message: Any, sig: ParsedSignature) -> bytes:
+    """The exact RFC 9421 §2.5 signature base of ``sig`` over ``message`` (no trailing newline),
+    rebuilt from the received Inner List. Raises HTTPMessageSignaturesException on any §2.5 error."""
+    parsed = HTTPMessageVerifier._parse_signature_dictionary(f"x={sig.signature_params}")["x"]
+    handler = _GatewayVerifier(signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=None)
+    base, _node, _elements = handler._build_signature_base(
+        message, covered_component_ids=list(parsed), signature_params=parsed.params
+    )
+    return base.encode("ascii")
+
+
+__all__ += ["signature_base"]
