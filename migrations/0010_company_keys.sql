@@ -26,6 +26,7 @@ GRANT SELECT, INSERT, UPDATE ON company_keys TO ucp_app;
 -- Every key transition: who and why. Append-only for the application role.
 CREATE TABLE key_events (
     id          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    seq         bigint GENERATED ALWAYS AS IDENTITY,  -- total order of events
     company_id  uuid NOT NULL REFERENCES companies (id) ON DELETE CASCADE,
     kid         text NOT NULL,
     from_state  text,

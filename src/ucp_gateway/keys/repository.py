@@ -8,7 +8,6 @@ module only as in-memory ``cryptography`` objects inside :class:`SigningKey`.
 from __future__ import annotations
 
 import datetime as dt
-import weakref
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -110,7 +109,9 @@ class Vault:
         self._cache.pop((company_id, kid), None)
 
 
-_VAULTS: weakref.WeakKeyDictionary[Any, Vault] = weakref.WeakKeyDictionary()
+# asyncpg pools take no weak references: key by id() and keep the pool to rule out id reuse;
+# closed pools are dropped on the next attach.
+_VAULTS: dict[int, tuple[Any, Vault]] = {}
 
 
 def attach_vault(pool: asyncpg.Pool, vault: Vault) -> None:
@@ -118,11 +119,19 @@ def attach_vault(pool: asyncpg.Pool, vault: Vault) -> None:
 
     Done by ``keys.web.setup`` at startup and by the CLI; lives and dies with the pool.
     """
-    _VAULTS[pool] = vault
+    for k, (p, _v) in list(_VAULTS.items()):
+        if p.is_closing():
+            del _VAULTS[k]
+    _VAULTS[id(pool)] = (pool, vault)
+
+
+def _vault_of(pool: Any) -> Vault | None:
+    entry = _VAULTS.get(id(pool))
+    return entry[1] if entry is not None and entry[0] is pool else None
 
 
 def get_vault(pool: asyncpg.Pool) -> Vault:
-    v = _VAULTS.get(pool)
+    v = _vault_of(pool)
     if v is None:
         raise ConfigError("no KEK ring attached to this database pool (keys.setup not run)")
     return v
@@ -154,7 +163,7 @@ async def list_key_events(pool: asyncpg.Pool, company_id: UUID) -> list[dict[str
     """The audit trail of key transitions, oldest first."""
     async with tenant_tx(pool, company_id) as conn:
         rows = await conn.fetch(
-            "SELECT kid, from_state, to_state, event, actor, reason, at FROM key_events ORDER BY at, id"
+            "SELECT kid, from_state, to_state, event, actor, reason, at FROM key_events ORDER BY seq"
         )
     return [dict(r) for r in rows]
 
@@ -276,7 +285,7 @@ async def apply_event(
 
 
 def _forget(pool, company_id, kid) -> None:
-    v = _VAULTS.get(pool)
+    v = _vault_of(pool)
     if v is not None:
         v.forget(UUID(str(company_id)), kid)
 
