@@ -105,7 +105,7 @@ def test_ring_loading(tmp_path):
     with pytest.raises(ConfigError):
         KekRing.load(ring_text=None, ring_file=None, current=None, keys_dir=tmp_path, dev_mode=False)
     r = KekRing.load(ring_text=None, ring_file=None, current=None, keys_dir=tmp_path / "keys", dev_mode=True)
-    f = tmp_path / "keys" / "dev-kek.ring"
+    f = tmp_path / "keys" / "dev.kek"
     assert stat.S_IMODE(f.stat().st_mode) == 0o600 and r.current == "dev-1"
     again = KekRing.load(
         ring_text=None, ring_file=None, current=None, keys_dir=tmp_path / "keys", dev_mode=True

@@ -81,8 +81,12 @@ async def test_rotation_end_to_end(database, vault, two_companies, clock):
 
     events = await list_key_events(pool, a.id)
     assert [(e["kid"], e["to_state"]) for e in events] == [
-        (k1, "active"), (new.kid, "pending"), (k1, "rotating"), (new.kid, "active"), (k1, "retired"),
-    ]  # fmt: skip
+        (k1, "active"),
+        (new.kid, "pending"),
+        (k1, "rotating"),
+        (new.kid, "active"),
+        (k1, "retired"),
+    ]
     assert events[1]["actor"] == "token:x" and events[1]["reason"] == "quarterly"
     assert events[4]["actor"] == "scheduler"
 
@@ -148,8 +152,9 @@ async def test_rows_swapped_between_companies_fail_closed(database, vault, two_c
         await conn.execute(
             "UPDATE company_keys SET private_enc = (SELECT private_enc FROM company_keys WHERE kid = $1), "
             "public_jwk = (SELECT public_jwk FROM company_keys WHERE kid = $1) WHERE kid = $2",
-            ka, kb,
-        )  # fmt: skip
+            ka,
+            kb,
+        )
     finally:
         await conn.close()
     with pytest.raises(KeyDecryptError):

@@ -98,6 +98,12 @@ async def sign_webhook_request(
 
     key = await active_signing_key(pool, company_id)
     return webhook_signature_headers(
-        key, url=url, body=body, ucp_agent=ucp_agent, webhook_id=webhook_id,
-        webhook_timestamp=webhook_timestamp, now=now, content_type=content_type,
-    )  # fmt: skip
+        key,
+        url=url,
+        body=body,
+        ucp_agent=ucp_agent,
+        webhook_id=webhook_id,
+        webhook_timestamp=webhook_timestamp,
+        now=now,
+        content_type=content_type,
+    )

@@ -112,8 +112,9 @@ async def debug_signature(
     si, sg = view.headers.get("Signature-Input"), view.headers.get("Signature")
     if si is not None and sg is not None:
         try:
-            sigs = parse_signatures(", ".join(view.headers.getall("Signature-Input")),
-                                    ", ".join(view.headers.getall("Signature")))  # fmt: skip
+            sigs = parse_signatures(
+                ", ".join(view.headers.getall("Signature-Input")), ", ".join(view.headers.getall("Signature"))
+            )
         except GatewayError as exc:
             sigs, rep["parse_error"] = [], exc.message
         for s in sigs:
@@ -149,6 +150,11 @@ async def debug_signature(
         rep["verdict"] = {"ok": True, "label": v.label, "kid": v.kid}
     except GatewayError as exc:
         cause = exc.__cause__
-        rep["verdict"] = {"ok": False, "code": exc.code, "status": exc.http_status, "content": exc.message,
-                          "detail": str(cause) if cause else None}  # fmt: skip
+        rep["verdict"] = {
+            "ok": False,
+            "code": exc.code,
+            "status": exc.http_status,
+            "content": exc.message,
+            "detail": str(cause) if cause else None,
+        }
     return rep

@@ -33,9 +33,15 @@ __all__ = [
 ]
 
 WEBHOOK_COMPONENTS = (
-    "@method", "@authority", "@path", "content-digest", "content-type", "ucp-agent", "webhook-id",
+    "@method",
+    "@authority",
+    "@path",
+    "content-digest",
+    "content-type",
+    "ucp-agent",
+    "webhook-id",
     "webhook-timestamp",
-)  # fmt: skip
+)
 
 
 class KeyForSigning(Protocol):
@@ -99,7 +105,13 @@ def sign_response_view(
     if view.body:
         view.headers["Content-Digest"] = content_digest(view.body)
     default = response_components(bool(view.body), view.request)
-    kwargs: dict[str, Any] = {"created": now, "tag": tag, "label": label, "covered_component_ids": default}
+    kwargs: dict[str, Any] = {
+        "created": now,
+        "tag": tag,
+        "label": label,
+        "covered_component_ids": default,
+        "use_existing_digest": "Content-Digest" in view.headers,  # ours, over exactly view.body
+    }
     asked = parse_accept_signature(accept_signature) if accept_signature else None
     if asked is not None:
         a_label, a_comps, a_params = asked
@@ -149,6 +161,12 @@ def webhook_signature_headers(
         comps.insert(3, "@query")
     view = RequestView(method.upper(), url, headers, body)
     _signer(key).sign(
-        view, key_id=key.kid, created=now, label="sig1", include_alg=False, covered_component_ids=comps
+        view,
+        key_id=key.kid,
+        created=now,
+        label="sig1",
+        include_alg=False,
+        covered_component_ids=comps,
+        use_existing_digest=True,
     )
     return dict(headers.items())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from uuid import UUID
@@ -27,7 +28,7 @@ from multidict import CIMultiDict
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
 from ..clock import SystemClock
 from ..config import Settings
-from ..errors import GatewayError
+from ..errors import BadRequest, GatewayError
 from ..tenancy import resolve_host
 from .policy import SignaturePolicy
 from .replay import PgReplayStore, ReplayStore
@@ -105,6 +106,15 @@ def request_view(request: web.BaseRequest, body: bytes, scheme: str) -> RequestV
     )
 
 
+_DOT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
+
+
+def _canonical_path(raw_path: str) -> bool:
+    """False for dot segments, plain or encoded (``/a/../b``, ``/a/%2e%2e/b``): the signed path and
+    the routed path could differ, so such requests are refused rather than normalised (pitfall 6)."""
+    return _DOT.search(raw_path.split("?", 1)[0]) is None
+
+
 def mark_for_signing(request: web.Request) -> None:
     """Ask the middleware to sign this request's response (e.g. complete_checkout)."""
     request[REQ_SIGN_RESPONSE] = True
@@ -168,6 +178,8 @@ async def signature_middleware(
     request[REQ_SIGNATURE] = None
     if company is None or request.path.startswith(tuple(settings.httpsig_exempt_prefixes)):
         return await handler(request)
+    if not _canonical_path(request.raw_path):
+        return _error_response(BadRequest("non-canonical request path (dot segments)"))
     clock = request.app.get(CLOCK) or SystemClock()
     mode = effective_mode(company.signature_policy, settings.dev_mode)
     signed = "Signature-Input" in request.headers or "Signature" in request.headers

@@ -85,8 +85,13 @@ async def create_admin_token(
         await conn.execute(
             "INSERT INTO admin_tokens (id, company_id, role, token_hash, label, created_at) "
             "VALUES ($1, $2, $3, $4, $5, $6)",
-            tid, cid, role, _hash(token), label[:200], now,
-        )  # fmt: skip
+            tid,
+            cid,
+            role,
+            _hash(token),
+            label[:200],
+            now,
+        )
     return token, tid
 
 

@@ -7,7 +7,7 @@ to decrypt (NIST SP 800-38D; ``cryptography`` AESGCM). After decryption the RFC 
 recomputed and must equal ``kid``.
 
 KEK ring sources, first found wins: ``UCPGW_KEK_RING`` (setting ``kek_ring``), the file named by
-``kek_file``; in dev mode only, ``<keys_dir>/dev-kek.ring`` is generated (mode 0600, git-ignored).
+``kek_file``; in dev mode only, ``<keys_dir>/dev.kek`` is generated (mode 0600, git-ignored).
 Ring text: ``id1:base64key1,id2:base64key2``; the newest (current) KEK is ``kek_current`` or the
 last entry.
 """
@@ -111,7 +111,7 @@ class KekRing:
                 raise ConfigError(f"cannot read KEK file {ring_file}: {exc.strerror}") from None
         if not dev_mode:
             raise ConfigError("no KEK ring: set UCPGW_KEK_RING or UCPGW_KEK_FILE")
-        path = keys_dir / "dev-kek.ring"
+        path = keys_dir / "dev.kek"
         if not path.exists():
             keys_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
