@@ -54,8 +54,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-REQ_SIGNATURE = "ucpgw.signature"
-REQ_SIGN_RESPONSE = "ucpgw.sign_response"
+REQ_SIGNATURE = web.RequestKey("signature", object)  # VerifiedSignature | None
+REQ_SIGN_RESPONSE = web.RequestKey("sign_response", bool)
 #: The app's caller-key resolver (the discovery package sets its profile fetcher here).
 KEY_RESOLVER = web.AppKey("ucpgw.key_resolver", KeyResolver)  # type: ignore[type-abstract]
 REPLAY_STORE = web.AppKey("ucpgw.replay_store", PgReplayStore)
