@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec
-from http_message_signatures import HTTPMessageVerifier, algorithms
+from http_message_signatures import HTTPMessageSignaturesException, HTTPMessageVerifier, algorithms
 from http_sf.compat import Dictionary, InnerList, Item
 from multidict import CIMultiDict
 
@@ -29,11 +30,11 @@ __all__ = [
     "RequestView",
     "ResponseView",
     "algorithm_for_jwk",
+    "algorithm_instance",
     "looks_der_encoded",
-    "make_verifier",
     "parse_signatures",
     "public_key_from_jwk",
-    "single_signature_view",
+    "verify_signature",
 ]
 
 #: (kty, crv) -> (library algorithm class, coordinate size in bytes). ES256 is required by UCP,
@@ -83,7 +84,12 @@ class ParsedSignature:
     components: tuple[str, ...]  # serialized component identifiers in received order
     params: dict[str, Any] = field(default_factory=dict)
     signature: bytes = b""
-    signature_params: str = ""  # the exact Inner List serialization used in @signature-params
+    node: Any = field(default=None, compare=False, repr=False)  # the parsed Inner List
+
+    @property
+    def signature_params(self) -> str:
+        """The Inner List re-serialized strictly, as it appears in ``@signature-params``."""
+        return str(self.node)
 
     @property
     def keyid(self) -> str | None:
@@ -115,24 +121,10 @@ def parse_signatures(signature_input: str, signature: str) -> list[ParsedSignatu
                 components=tuple(str(c) for c in node),
                 params=dict(node.params),
                 signature=sig.value,
-                signature_params=str(node),
+                node=node,
             )
         )
     return out
-
-
-def single_signature_view(view: RequestView, chosen: ParsedSignature) -> RequestView:
-    """A copy of ``view`` whose signature fields hold only ``chosen``.
-
-    The library validates every member it sees; an attacker-added malformed member must not break
-    verification of ours (RFC 9421 §7.2.6), so it never sees the others.
-    """
-    headers: CIMultiDict[str] = CIMultiDict(
-        (k, v) for k, v in view.headers.items() if k.lower() not in ("signature-input", "signature")
-    )
-    headers["Signature-Input"] = f"{chosen.label}={chosen.signature_params}"
-    headers["Signature"] = f"{chosen.label}=:{base64.b64encode(chosen.signature).decode('ascii')}:"
-    return RequestView(view.method, view.url, headers, view.body, view.request_target)
 
 
 def _b64url(s: Any, size: int) -> int:
@@ -170,6 +162,19 @@ def public_key_from_jwk(jwk: dict[str, Any]) -> ec.EllipticCurvePublicKey:
     return _public_key(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size)
 
 
+@lru_cache(maxsize=4096)
+def _algorithm(crv: str, x: str, y: str, size: int) -> Any:
+    alg_cls, _ = ALGORITHMS_BY_CURVE[("EC", crv)]
+    return alg_cls(public_key=_public_key(crv, x, y, size))
+
+
+def algorithm_instance(jwk: dict[str, Any]) -> Any:
+    """The library algorithm for ``jwk``'s curve bound to its public key (cached by coordinates).
+    Raises AlgorithmUnsupported like :func:`public_key_from_jwk`."""
+    _alg, size = algorithm_for_jwk(jwk)
+    return _algorithm(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size)
+
+
 def looks_der_encoded(sig: bytes) -> bool:
     """True if ``sig`` parses as an ASN.1 DER ECDSA signature (pitfall 1: DER instead of r||s)."""
     if len(sig) < 8 or sig[0] != 0x30 or sig[1] != len(sig) - 2:
@@ -193,14 +198,35 @@ class _GatewayVerifier(HTTPMessageVerifier):
         return None
 
 
-def make_verifier(alg_cls: type, kid: str, public_key: Any) -> HTTPMessageVerifier:
-    """A verifier bound to one algorithm and one key (RFC 9421 §3.2 steps 5-6)."""
-    from http_message_signatures import MappingKeyResolver
+#: Signature parameters RFC 9421 §6.3 registers; anything else is refused (§2.3).
+SIGNATURE_PARAMETERS = frozenset({"alg", "created", "expires", "keyid", "nonce", "tag"})
 
-    return _GatewayVerifier(
-        signature_algorithm=alg_cls,
-        key_resolver=MappingKeyResolver(public_keys={kid: public_key}, private_keys={}),
-    )
+
+def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> dict[str, str]:
+    """Rebuild the signature base of ``sig`` from ``message`` (RFC 9421 §3.2 step 7) and verify
+    it with ``algorithm`` (a library algorithm instance bound to the public key, step 8).
+
+    Freshness, coverage and key choice are the caller's policy, checked before. Returns the covered
+    ``{component id: value}``. Raises SignatureInvalid for any failure (unknown parameter, §2.5
+    base error, wrong length, bad signature).
+    """
+    unknown = set(sig.params) - SIGNATURE_PARAMETERS
+    if unknown:
+        raise SignatureInvalid("unknown signature parameter " + ", ".join(sorted(unknown)))
+    try:
+        HTTPMessageVerifier._validate_signature_param_types(sig.params)
+        base, _node, elements = _BASE_BUILDER._build_signature_base(
+            message, covered_component_ids=list(sig.node), signature_params=sig.node.params
+        )
+        algorithm.verify(signature=sig.signature, message=base.encode())
+    except (HTTPMessageSignaturesException, InvalidSignature, ValueError, TypeError, AssertionError) as exc:
+        raise SignatureInvalid("request signature verification failed") from exc
+    return elements
+
+
+# The library's base builder (RFC 9421 §2.5), used directly: its verify() would parse the signature
+# fields a second time and read the wall clock.
+_BASE_BUILDER = _GatewayVerifier(signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=None)
 
 
 def epoch(ts: int) -> dt.datetime:
@@ -219,10 +245,8 @@ __all__ += ["epoch", "header_lines"]
 def signature_base(message: Any, sig: ParsedSignature) -> bytes:
     """The exact RFC 9421 §2.5 signature base of ``sig`` over ``message`` (no trailing newline),
     rebuilt from the received Inner List. Raises HTTPMessageSignaturesException on any §2.5 error."""
-    parsed = HTTPMessageVerifier._parse_signature_dictionary(f"x={sig.signature_params}")["x"]
-    handler = _GatewayVerifier(signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=None)
-    base, _node, _elements = handler._build_signature_base(
-        message, covered_component_ids=list(parsed), signature_params=parsed.params
+    base, _node, _elements = _BASE_BUILDER._build_signature_base(
+        message, covered_component_ids=list(sig.node), signature_params=sig.node.params
     )
     return base.encode("ascii")
 
