@@ -87,9 +87,7 @@ async def env(db_settings, database, aiohttp_client, profile_server):
 
     settings.kek_ring = SecretStr(settings.kek_ring)
     clock = FrozenClock()
-    company = await create_company(
-        database.pool, slug="acme", display_name="Acme", hostnames=["shop.example"]
-    )
+    company = await create_company(database.pool, slug="acme", display_name="Acme", hostnames=["shop.example"])
     priv, jwk = new_key()
     profile_server["profile"]["signing_keys"] = [jwk]
     app = make_app(settings, database, clock)

@@ -85,7 +85,7 @@ def test_fast_declines_non_ascii_and_odd_params():
         'sig1=("@method");keyid=tok',
         'sig1=("@method" "x";req);created=1',
         'sig1=("@Method");created=1',
-        'sig1=();created=-5;expires=999999999999999',
+        "sig1=();created=-5;expires=999999999999999",
         'sig1=("a\\\\b");created=1',
         'sig1=("@method");flag',
         "sig1=(),  sig2=()",
