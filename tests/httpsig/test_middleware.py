@@ -34,6 +34,7 @@ async def test_independent_signer_is_accepted(env):
     r = await post(env, headers=signed(env))
     assert r.status == 200, await r.text()
     got = await r.json()
+    assert got.pop("decoded_len") == len(BODY)
     assert got == {
         "role": "buyer",
         "authenticated": True,
@@ -89,7 +90,9 @@ async def test_gzip_body_digest_over_bytes_as_transferred(env):
     hdrs = signed(env, body=gz, headers=[("Content-Encoding", "gzip"), ("Content-Type", "application/json")])
     r = await post(env, headers=hdrs, body=gz)
     assert r.status == 200, await r.text()
-    assert (await r.json())["raw_hex"] == gz[:8].hex()  # handlers see the raw, undecoded bytes
+    got = await r.json()
+    assert got["raw_hex"] == gz[:8].hex()  # handlers see the raw, undecoded bytes ...
+    assert got["decoded_len"] == len(BODY)  # ... and decode them explicitly
 
 
 async def test_raw_path_with_empty_query_and_encoding(env):
