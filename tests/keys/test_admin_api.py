@@ -188,6 +188,11 @@ async def test_cli_keys_and_tokens(db_settings, database, two_companies, capsys,
         "UCPGW_ENVIRONMENT": "development",
         "UCPGW_KEYS_DIR": str(tmp_path / "keys"),
     }
+    import logging
+
+    import structlog
+
+    saved_structlog, saved_handlers = structlog.get_config(), logging.getLogger().handlers[:]
     mp = pytest.MonkeyPatch()
     for k, v in env.items():
         mp.setenv(k, v)
@@ -219,3 +224,6 @@ async def test_cli_keys_and_tokens(db_settings, database, two_companies, capsys,
         assert (tmp_path / "keys" / "dev.kek").exists()
     finally:
         mp.undo()
+        # main() configured logging onto capsys's stream; put the previous setup back
+        structlog.configure(**saved_structlog)
+        logging.getLogger().handlers[:] = saved_handlers
