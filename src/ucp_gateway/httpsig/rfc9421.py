@@ -1,0 +1,339 @@
+"""RFC 9421 pieces around the ``http-message-signatures`` 3.0.0 engine.
+
+The library builds signature bases and runs ECDSA; this module supplies what it lacks for a
+multi-tenant gateway: message views built from raw wire data, the algorithm chosen from the key
+(never from the request, RFC 9421 §3.2 step 6, §7.3.6), an ES384 option, a clock we pass in
+(the library reads ``datetime.now()`` itself), and a parser for ``Signature-Input``/``Signature``.
+No I/O here.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import http_sf
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric import ec
+from http_message_signatures import HTTPMessageSignaturesException, HTTPMessageVerifier, algorithms
+from http_sf.compat import Dictionary, InnerList
+from multidict import CIMultiDict
+
+from .base import fast_signature_base
+from .errors import AlgorithmUnsupported, SignatureInvalid
+
+__all__ = [
+    "ALGORITHMS_BY_CURVE",
+    "ParsedSignature",
+    "RequestView",
+    "ResponseView",
+    "algorithm_for_jwk",
+    "algorithm_instance",
+    "looks_der_encoded",
+    "parse_signatures",
+    "public_key_from_jwk",
+    "verify_signature",
+]
+
+#: (kty, crv) -> (library algorithm class, coordinate size in bytes). ES256 is required by UCP,
+#: ES384 optional (UCP signatures.md "Algorithms"). Nothing else is ever accepted.
+ALGORITHMS_BY_CURVE: dict[tuple[str, str], tuple[type, int]] = {
+    ("EC", "P-256"): (algorithms.ECDSA_P256_SHA256, 32),
+    ("EC", "P-384"): (algorithms.ECDSA_P384_SHA384, 48),
+}
+_CURVES = {"P-256": ec.SECP256R1, "P-384": ec.SECP384R1}
+
+
+@dataclass(slots=True)
+class RequestView:
+    """What the library needs from a request (RFC 9421 §2.2 derived components come from ``url``).
+
+    Attributes:
+        method: uppercase method as received.
+        url: trusted external origin + raw request-target (``https://shop.example/p?q``), never
+            the yarl-normalised URL (pitfalls 4-6).
+        headers: every field line in wire order (a dict would fold duplicates, pitfall 8).
+        body: content bytes as transferred (before any decoding, RFC 9530 §2).
+        request_target: the raw HTTP/1.1 request-target, for ``@request-target``.
+    """
+
+    method: str
+    url: str
+    headers: CIMultiDict[str]
+    body: bytes = b""
+    request_target: str | None = None
+
+
+@dataclass(slots=True)
+class ResponseView:
+    """A response for signing: ``status_code``, ``headers`` and the triggering ``request`` (``;req``)."""
+
+    status_code: int
+    headers: CIMultiDict[str]
+    request: RequestView | None = None
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedSignature:
+    """One member of ``Signature-Input`` with its ``Signature`` bytes (RFC 9421 §4.1, §4.2)."""
+
+    label: str
+    components: tuple[str, ...]  # serialized component identifiers in received order
+    params: dict[str, Any] = field(default_factory=dict)
+    signature: bytes = b""
+    raw_components: list = field(default_factory=list, compare=False, repr=False)  # http_sf items
+    source: str = field(default="", compare=False, repr=False)  # the whole Signature-Input value
+
+    @property
+    def node(self) -> InnerList:
+        """The member as the library's compat Inner List (parsed on demand, for the library path)."""
+        return _parse_dict(self.source, "Signature-Input")[self.label]
+
+    @property
+    def signature_params(self) -> str:
+        """The Inner List re-serialized strictly, as it appears in ``@signature-params``."""
+        return str(self.node)
+
+    @property
+    def keyid(self) -> str | None:
+        v = self.params.get("keyid")
+        return v if isinstance(v, str) else None
+
+
+def _parse_dict(value: str, name: str) -> Dictionary:
+    try:
+        return HTTPMessageVerifier._parse_signature_dictionary(value)
+    except Exception as exc:  # http_sf raises assorted ValueErrors on bad syntax
+        raise SignatureInvalid(f"malformed {name} field") from exc
+
+
+def _reject_duplicate(key: str, context: str) -> None:
+    if context == "dictionary":
+        raise ValueError(f"duplicate label {key!r}")
+
+
+def _sf_dict(value: str, name: str) -> dict:
+    try:
+        return http_sf.parse(value.encode("latin-1"), tltype="dictionary", on_duplicate_key=_reject_duplicate)
+    except Exception as exc:  # http_sf raises assorted ValueErrors on bad syntax
+        raise SignatureInvalid(f"malformed {name} field") from exc
+
+
+_SIG_MEMBER = re.compile(r"([a-z*][a-z0-9_.*-]*)=:([A-Za-z0-9+/]*={0,2}):")
+_SIG_FIELD = re.compile(rf"{_SIG_MEMBER.pattern}(?:[ \t]*,[ \t]*{_SIG_MEMBER.pattern})*")
+
+
+def _signature_dict(value: str) -> dict:
+    """The Signature Dictionary (label -> byte sequence). Plain ``label=:base64:`` members are read
+    with a regex (http_sf's byte-sequence parser is slow in pure Python); anything else goes
+    through http_sf."""
+    v = value.strip(" ")
+    if _SIG_FIELD.fullmatch(v):
+        out: dict = {}
+        for m in _SIG_MEMBER.finditer(v):
+            if m.group(1) in out:
+                raise SignatureInvalid("malformed Signature field")
+            try:
+                out[m.group(1)] = (base64.b64decode(m.group(2), validate=True), {})
+            except ValueError:
+                raise SignatureInvalid("malformed Signature field") from None
+        return out
+    return _sf_dict(value, "Signature")
+
+
+_SI_COMP = r'"[a-z0-9@!#$%&\'*+.^_`|~-]+"'
+_SI_PARAM = r';[a-z*][a-z0-9_.*-]*=(?:-?[0-9]{1,15}|"[\x20\x21\x23-\x5b\x5d-\x7e]*")'
+_SI_MEMBER = re.compile(rf"([a-z*][a-z0-9_.*-]*)=\(((?:{_SI_COMP}(?: +{_SI_COMP})*)?)\)((?:{_SI_PARAM})*)")
+_SI_FIELD = re.compile(rf"{_SI_MEMBER.pattern}(?:[ \t]*,[ \t]*{_SI_MEMBER.pattern})*")
+_SI_PARAM_ITEM = re.compile(r';([a-z*][a-z0-9_.*-]*)=(?:(-?[0-9]{1,15})|"([^"]*)")')
+
+
+def _signature_input_dict(value: str) -> dict:
+    """Signature-Input as ``{label: ([(component, {}), ...], params)}`` like ``http_sf.parse``.
+
+    The usual shape (bare component strings; integer or plain-string parameters) is read with a
+    regex; anything else (component parameters, escapes, tokens, booleans) goes through http_sf.
+    tests/httpsig/test_base.py checks both readers agree.
+    """
+    v = value.strip(" ")
+    if not _SI_FIELD.fullmatch(v):
+        return _sf_dict(value, "Signature-Input")
+    out: dict = {}
+    for m in _SI_MEMBER.finditer(v):
+        label = m.group(1)
+        comps = [(c[1:-1], {}) for c in m.group(2).split()] if m.group(2) else []
+        params: dict = {}
+        for pm in _SI_PARAM_ITEM.finditer(m.group(3)):
+            if pm.group(1) in params:
+                return _sf_dict(value, "Signature-Input")  # http_sf's rule for repeats applies
+            params[pm.group(1)] = int(pm.group(2)) if pm.group(2) is not None else pm.group(3)
+        if label in out:
+            raise SignatureInvalid("malformed Signature-Input field")
+        out[label] = (comps, params)
+    return out
+
+
+def _component_id(name: Any, params: dict) -> str:
+    if not params and type(name) is str and '"' not in name and "\\" not in name:
+        return f'"{name}"'
+    return http_sf.ser((name, params))
+
+
+def parse_signatures(signature_input: str, signature: str) -> list[ParsedSignature]:
+    """Parse both Dictionaries; the label sets must be equal and unique (RFC 9421 §4).
+    Raises SignatureInvalid."""
+    inputs = _signature_input_dict(signature_input)
+    sigs = _signature_dict(signature)
+    if not inputs or inputs.keys() != sigs.keys():
+        raise SignatureInvalid("Signature-Input and Signature labels differ")
+    out = []
+    for label, (members, params) in inputs.items():
+        sig = sigs[label][0]
+        if not isinstance(members, list) or not isinstance(sig, bytes):
+            raise SignatureInvalid(f"malformed signature {label!r}")
+        try:
+            comps = tuple(_component_id(n, p) for n, p in members)
+        except ValueError:
+            raise SignatureInvalid(f"malformed signature {label!r}") from None
+        out.append(
+            ParsedSignature(
+                label=label,
+                components=comps,
+                params=dict(params),
+                signature=sig,
+                raw_components=members,
+                source=signature_input,
+            )
+        )
+    return out
+
+
+def _b64url(s: Any, size: int) -> int:
+    if not isinstance(s, str):
+        raise AlgorithmUnsupported("JWK coordinate must be a base64url string")
+    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    if len(raw) != size:
+        raise AlgorithmUnsupported("JWK coordinate has the wrong length")
+    return int.from_bytes(raw, "big")
+
+
+def algorithm_for_jwk(jwk: dict[str, Any]) -> tuple[type, int]:
+    """The signature algorithm fixed by a public JWK's ``kty``/``crv``. Raises AlgorithmUnsupported."""
+    alg = ALGORITHMS_BY_CURVE.get((str(jwk.get("kty")), str(jwk.get("crv"))))
+    if alg is None:
+        raise AlgorithmUnsupported("the signing key's algorithm is not supported (use ES256)")
+    return alg
+
+
+@lru_cache(maxsize=4096)
+def _public_key(crv: str, x: str, y: str, size: int) -> ec.EllipticCurvePublicKey:
+    nums = ec.EllipticCurvePublicNumbers(_b64url(x, size), _b64url(y, size), _CURVES[crv]())
+    try:
+        return nums.public_key()  # checks the point is on the curve
+    except ValueError as exc:
+        raise AlgorithmUnsupported("JWK is not a valid point on its curve") from exc
+
+
+def public_key_from_jwk(jwk: dict[str, Any]) -> ec.EllipticCurvePublicKey:
+    """A cryptography public key from an EC JWK (RFC 7518 §6.2), cached by its coordinates.
+
+    Raises AlgorithmUnsupported for another kty/crv, wrong coordinate sizes or an off-curve point.
+    """
+    _alg, size = algorithm_for_jwk(jwk)
+    return _public_key(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size)
+
+
+@lru_cache(maxsize=4096)
+def _algorithm(crv: str, x: str, y: str, size: int) -> Any:
+    alg_cls, _ = ALGORITHMS_BY_CURVE[("EC", crv)]
+    return alg_cls(public_key=_public_key(crv, x, y, size))
+
+
+def algorithm_instance(jwk: dict[str, Any]) -> Any:
+    """The library algorithm for ``jwk``'s curve bound to its public key (cached by coordinates).
+    Raises AlgorithmUnsupported like :func:`public_key_from_jwk`."""
+    _alg, size = algorithm_for_jwk(jwk)
+    return _algorithm(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size)
+
+
+def looks_der_encoded(sig: bytes) -> bool:
+    """True if ``sig`` parses as an ASN.1 DER ECDSA signature (pitfall 1: DER instead of r||s)."""
+    if len(sig) < 8 or sig[0] != 0x30 or sig[1] != len(sig) - 2:
+        return False
+    try:
+        from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+        decode_dss_signature(sig)
+        return True
+    except ValueError:
+        return False
+
+
+class _GatewayVerifier(HTTPMessageVerifier):
+    """The library verifier minus its own clock: freshness is checked by :mod:`.policy` with an
+    injected ``now`` before this runs (the library would call ``datetime.now()``)."""
+
+    require_created = False
+
+    def validate_created_and_expires(self, sig_input, max_age=None):
+        return None
+
+
+#: Signature parameters RFC 9421 §6.3 registers; anything else is refused (§2.3).
+SIGNATURE_PARAMETERS = frozenset({"alg", "created", "expires", "keyid", "nonce", "tag"})
+
+
+def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> None:
+    """Rebuild the signature base of ``sig`` from ``message`` (RFC 9421 §3.2 step 7) and verify
+    it with ``algorithm`` (a library algorithm instance bound to the public key, step 8).
+
+    Freshness, coverage and key choice are the caller's policy, checked before. The base comes
+    from :func:`.base.fast_signature_base` when it applies, else from the library. Raises
+    SignatureInvalid for any failure (unknown parameter, §2.5 base error, wrong length, bad
+    signature).
+    """
+    unknown = set(sig.params) - SIGNATURE_PARAMETERS
+    if unknown:
+        raise SignatureInvalid("unknown signature parameter " + ", ".join(sorted(unknown)))
+    try:
+        HTTPMessageVerifier._validate_signature_param_types(sig.params)
+        base = fast_signature_base(message, sig.raw_components, sig.params) or signature_base(message, sig)
+        algorithm.verify(signature=sig.signature, message=base)
+    except (HTTPMessageSignaturesException, InvalidSignature, ValueError, TypeError, AssertionError) as exc:
+        raise SignatureInvalid("request signature verification failed") from exc
+
+
+# The library's base builder (RFC 9421 §2.5), used directly: its verify() would parse the signature
+# fields a second time and read the wall clock.
+_BASE_BUILDER = _GatewayVerifier(signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=None)
+
+
+def epoch(ts: int) -> dt.datetime:
+    """UNIX seconds -> aware UTC datetime."""
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC)
+
+
+def header_lines(headers: Iterable[tuple[str, str]]) -> CIMultiDict[str]:
+    """Field lines (name, value) in wire order into a CIMultiDict (keeps duplicates and order)."""
+    return CIMultiDict(headers)
+
+
+__all__ += ["epoch", "header_lines"]
+
+
+def signature_base(message: Any, sig: ParsedSignature) -> bytes:
+    """The exact RFC 9421 §2.5 signature base of ``sig`` over ``message`` (no trailing newline),
+    rebuilt from the received Inner List. Raises HTTPMessageSignaturesException on any §2.5 error."""
+    base, _node, _elements = _BASE_BUILDER._build_signature_base(
+        message, covered_component_ids=list(sig.node), signature_params=sig.node.params
+    )
+    return base.encode("ascii")
+
+
+__all__ += ["signature_base"]
