@@ -16,6 +16,7 @@ from .clock import Clock, SystemClock
 from .config import Settings
 from .db import Database
 from .db.database import connect_database
+from .discovery.web import setup as discovery_setup
 from .middleware import HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
 from .tenancy import HostCache
 
@@ -23,7 +24,9 @@ __all__ = ["COMPONENTS", "create_app"]
 
 # Each entry adds one subsystem to the app (routes, middlewares, cleanup_ctx). Order matters for
 # middlewares: later entries run closer to the handler.
-COMPONENTS: list[Callable[[web.Application], None]] = []
+COMPONENTS: list[Callable[[web.Application], None]] = [
+    discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, app[PROFILE_FETCHER]
+]
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from ..config import Settings
@@ -27,7 +26,9 @@ def _dev_hosts(settings: Settings) -> frozenset[str]:
 
 
 def _out(args: argparse.Namespace, data: Any, text: str) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True) if getattr(args, "json", False) else text)
+    from ..cli import emit  # late: ucp_gateway.cli imports this module while building its parser
+
+    emit(args, data, text)
 
 
 async def cmd_partners(args: argparse.Namespace, settings: Settings) -> int:
@@ -72,22 +73,25 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("partners", help="known platform profiles of a company (role and tier each)")
     psub = parser.add_subparsers(dest="partners_cmd", required=True)
 
+    from ..cli import common_parser  # --data-dir, --json
+
+    shared = [common_parser()]
+
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--company", required=True, help="company slug or id")
-        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
         p.set_defaults(func=cmd_partners)
 
-    add = psub.add_parser("add", help="register or update a partner platform profile URL")
+    add = psub.add_parser("add", parents=shared, help="register or update a partner platform profile URL")
     common(add)
     add.add_argument("--profile", required=True, help="platform profile URL (https)")
     add.add_argument("--role", required=True, choices=PARTNER_ROLES)
     add.add_argument("--tier", default="starter", choices=TIERS)
     add.add_argument("--name", default=None, help="display name")
-    common(psub.add_parser("list", help="list partners and the trust policy"))
-    rm = psub.add_parser("remove", help="remove a partner")
+    common(psub.add_parser("list", parents=shared, help="list partners and the trust policy"))
+    rm = psub.add_parser("remove", parents=shared, help="remove a partner")
     common(rm)
     rm.add_argument("--profile", required=True)
-    pol = psub.add_parser("policy", help="set trust mode (open|allowlist) and the default role")
+    pol = psub.add_parser("policy", parents=shared, help="set trust mode (open|allowlist) and the default role")
     common(pol)
     pol.add_argument("--mode", choices=TRUST_MODES, default=None)
     pol.add_argument("--default-role", choices=PARTNER_ROLES, default=None)
