@@ -5,8 +5,9 @@ Hosting rules (UCP overview "Profile Requirements -> Hosting"): never a redirect
 rendered profile is kept per Host for ``profile_render_ttl`` seconds, so the hot path is a dict
 lookup and a byte copy.
 
-Wiring other parts (one line each, before the app starts):
-    app[KEYS_PROVIDER] = ucp_gateway.keys.published_jwks          # async (pool, company_id) -> [jwk]
+Wiring: ``setup`` sets ``app[KEY_RESOLVER]`` (httpsig) to the profile fetcher and takes the company's
+keys from ``ucp_gateway.keys.published_jwks``. Other parts plug in with one line before start:
+    app[KEYS_PROVIDER] = <async (pool, company_id) -> [jwk]>                  # default published_jwks
     app[SUBAGENT_PROVIDER] = <async (company, subagent) -> SubagentSummary>   # verb registry
     app[PAYMENT_HANDLERS_PROVIDER] = <async (company) -> {name: [handler]}>   # commerce
 """
@@ -29,6 +30,8 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
 from ..config import Settings
 from ..errors import ConfigError, GatewayError
+from ..httpsig.web import KEY_RESOLVER
+from ..keys import published_jwks
 from ..tenancy import Company, list_companies, list_subagents, normalize_host, resolve_host
 from .builder import (
     CompanyLink,
@@ -67,11 +70,6 @@ PAYMENT_HANDLERS_PROVIDER = web.AppKey("ucpgw.payment_handlers_provider", Paymen
 VENDOR = web.AppKey("ucpgw.vendor", VendorNamespace)
 JSON = "application/json"
 _log = structlog.get_logger("ucp_gateway.discovery")
-
-
-async def no_keys(pool: asyncpg.Pool, company_id: UUID) -> list[dict[str, Any]]:
-    """Default keys provider until ``ucp_gateway.keys.published_jwks`` is wired: no keys."""
-    return []
 
 
 async def empty_subagent(company: Company, subagent: str) -> SubagentSummary:
@@ -233,10 +231,12 @@ def setup(app: web.Application) -> None:
             f"vendor_prefix {vendor.prefix!r} is not bound to the host of vendor_base_url {vendor.base_url!r}"
         )
     app[VENDOR] = vendor
-    app[PROFILE_FETCHER] = ProfileFetcher(settings, clock=app[CLOCK] if CLOCK in app else None)
+    fetcher = ProfileFetcher(settings, clock=app[CLOCK] if CLOCK in app else None)
+    app[PROFILE_FETCHER] = fetcher
+    app[KEY_RESOLVER] = fetcher  # the signature middleware resolves caller keys through the fetcher
     app[_RENDERED] = _Rendered(settings.profile_render_ttl)
     if KEYS_PROVIDER not in app:
-        app[KEYS_PROVIDER] = no_keys
+        app[KEYS_PROVIDER] = published_jwks  # pending + active + rotating (ucp_gateway.keys)
     if SUBAGENT_PROVIDER not in app:
         app[SUBAGENT_PROVIDER] = empty_subagent
     if PAYMENT_HANDLERS_PROVIDER not in app:
