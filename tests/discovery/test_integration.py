@@ -55,3 +55,36 @@ async def test_signed_request_verified_with_fetched_profile_and_keys_published(
     validate_business_profile(doc)
     assert [k["kid"] for k in doc["signing_keys"]] == [kid]
     assert "d" not in doc["signing_keys"][0]
+
+
+async def test_demo_company_and_platform_node_validate(aiohttp_client, database, db_settings) -> None:
+    from ucp_gateway.demo import DEMO_SLUG, seed_demo
+    from ucp_gateway.discovery.profiles import validate_platform_profile
+    from ucp_gateway.keys import rotate
+    from ucp_gateway.tenancy import get_company
+
+    ring = KekRing.new_entry("kek-1")
+    settings = db_settings.model_copy(update={"kek_ring": SecretStr(ring)})
+    await seed_demo(database, settings)
+    demo = await get_company(database.pool, DEMO_SLUG)
+    vault, clock = Vault(KekRing.parse(ring)), FrozenClock()
+    await ensure_active_key(database.pool, demo.id, now=clock.now(), vault=vault)
+    await rotate(database.pool, demo.id, actor="test", reason="size check", now=clock.now(), vault=vault)
+    client = await aiohttp_client(create_app(settings, clock=clock, database=database))
+
+    resp = await client.get("/.well-known/ucp", headers={"Host": "localhost:8080"})
+    body = await resp.read()
+    doc = await resp.json()
+    validate_business_profile(doc)
+    validate_platform_profile(doc)
+    assert len(doc["signing_keys"]) == 2  # active + pending
+    assert doc["ucp"]["services"]["dev.ucp.shopping"][0]["endpoint"] == "https://localhost:8080/ucp/v1"
+    assert len(body) < 8 * 1024, len(body)
+
+    node = await client.get("/.well-known/ucp", headers={"Host": "platform.test"})
+    graph = await node.json()
+    validate_business_profile(graph)
+    validate_platform_profile(graph)
+    [entry] = graph["ucp"]["capabilities"]["com.solidnumber.agent_graph"]
+    assert entry["config"]["companies"][0]["slug"] == DEMO_SLUG
+    assert entry["config"]["companies"][0]["profile"] == "https://127.0.0.1/.well-known/ucp"
