@@ -96,7 +96,7 @@ async def sign_webhook_request(
     """
     from ..keys.repository import active_signing_key
 
-    key = await active_signing_key(pool, company_id)
+    key = await active_signing_key(pool, company_id, now=now)
     return webhook_signature_headers(
         key,
         url=url,
