@@ -17,6 +17,7 @@ from .clock import Clock, SystemClock
 from .config import Settings
 from .db import Database
 from .db.database import connect_database
+from .discovery.web import setup as discovery_setup
 from .middleware import ACCESS_LOG, HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
 from .tenancy import HostCache
 
@@ -38,6 +39,7 @@ def _keys_setup(app: web.Application) -> None:
 
 COMPONENTS: list[Callable[[web.Application], None]] = [
     _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug (issue 3)
+    discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, fetcher, trust middleware (issue 4)
     _httpsig_setup,  # RFC 9421 verification middleware + response signing (issue 3)
 ]
 
