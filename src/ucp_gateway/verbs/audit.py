@@ -25,7 +25,7 @@ import asyncpg
 
 from .consent import canonical_json
 
-__all__ = ["GENESIS", "ChainReport", "append", "redact", "safe_name", "trail", "verify_chain"]
+__all__ = ["GENESIS", "ChainReport", "append", "append_many", "redact", "safe_name", "trail", "verify_chain"]
 
 GENESIS = b"\x00" * 32
 _SECRET_KEY = re.compile(r"token|secret|password|credential|card|pan|cvv|cvc|authorization", re.I)
@@ -69,6 +69,16 @@ async def append(conn: asyncpg.Connection, company_id: UUID, entry: dict[str, An
         canonical,
     )
     return int(row["audit_id"]), int(row["seq"])
+
+
+async def append_many(conn: asyncpg.Connection, company_id: UUID, entries: list[dict[str, Any]]) -> list[int]:
+    """Append several entries in order with one round trip; returns their audit ids."""
+    rows = await conn.fetch(
+        "SELECT verb_audit_append_batch AS id FROM verb_audit_append_batch($1, $2::text[])",
+        company_id,
+        [canonical_json(e) for e in entries],
+    )
+    return [int(r["id"]) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

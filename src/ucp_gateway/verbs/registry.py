@@ -168,6 +168,7 @@ class Registry:
     def __init__(self) -> None:
         self._verbs: dict[str, Verb] = {}
         self._normalized: dict[str, str] = {}
+        self._sorted: list[Verb] | None = None
         self.version = 0
 
     def register(self, record: Mapping[str, Any], policy: VerbPolicy, handler: Handler) -> Verb:
@@ -200,6 +201,7 @@ class Registry:
         verb = Verb(rec, policy, handler, Draft202012Validator(rec["input_schema"]))
         self._verbs[name] = verb
         self._normalized[norm] = name
+        self._sorted = None
         self.version += 1
         return verb
 
@@ -216,7 +218,9 @@ class Registry:
         return self._verbs.get(name)
 
     def __iter__(self) -> Iterator[Verb]:
-        return iter(sorted(self._verbs.values(), key=lambda v: v.name))
+        if self._sorted is None:
+            self._sorted = sorted(self._verbs.values(), key=lambda v: v.name)
+        return iter(self._sorted)
 
     def __len__(self) -> int:
         return len(self._verbs)
