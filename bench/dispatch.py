@@ -32,9 +32,15 @@ VERB_ARGS = {
 
 async def run(verb: str, n: int, concurrency: int, pool_max: int, validate: bool = False) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(data_dir=Path(tmp), environment="production", log_level="warning",
-                            db_pool_min=pool_max, db_pool_max=pool_max, verbs_nonce_secret="b" * 32,
-                            verbs_validate_output=validate)
+        settings = Settings(
+            data_dir=Path(tmp),
+            environment="production",
+            log_level="warning",
+            db_pool_min=pool_max,
+            db_pool_max=pool_max,
+            verbs_nonce_secret="b" * 32,
+            verbs_validate_output=validate,
+        )
         async with open_database(settings) as db:
             company = (await seed_demo(db, settings)).company
             d = Dispatcher(build_registry(), db.pool, settings, SystemClock())

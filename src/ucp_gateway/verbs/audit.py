@@ -127,7 +127,7 @@ async def verify_chain(conn: asyncpg.Connection, company_id: UUID, *, batch: int
             entry = json.loads(r["entry"])
             aid, seq = r["audit_id"], r["seq"]
 
-            def broken(why: str, aid=aid, seq=seq) -> ChainReport:
+            def broken(why: str, aid=aid, seq=seq, rows=rows) -> ChainReport:
                 return ChainReport(False, rows, aid, seq, why)
 
             if seq != expect_seq:
@@ -155,13 +155,9 @@ async def verify_chain(conn: asyncpg.Connection, company_id: UUID, *, batch: int
             ):
                 return broken("indexed columns differ from the hashed entry")
             prev, expect_seq, last, rows = bytes(r["row_hash"]), seq + 1, seq, rows + 1
-    head = await conn.fetchrow(
-        "SELECT seq, head_hash FROM verb_audit_heads WHERE company_id = $1", company_id
-    )
+    head = await conn.fetchrow("SELECT seq, head_hash FROM verb_audit_heads WHERE company_id = $1", company_id)
     if head is not None and (head["seq"] != last or bytes(head["head_hash"]) != prev):
-        return ChainReport(
-            False, rows, None, head["seq"], "chain head does not match the last row (rows removed?)"
-        )
+        return ChainReport(False, rows, None, head["seq"], "chain head does not match the last row (rows removed?)")
     if head is None and rows:
         return ChainReport(False, rows, None, None, "chain head missing")
     return ChainReport(True, rows)

@@ -55,9 +55,7 @@ class Dispatcher:
         (nonce secret, TTLs, default caps). clock: injected time (tests freeze it).
     """
 
-    def __init__(
-        self, registry: Registry, pool: asyncpg.Pool, settings: Settings, clock: Clock | None = None
-    ):
+    def __init__(self, registry: Registry, pool: asyncpg.Pool, settings: Settings, clock: Clock | None = None):
         self.registry = registry
         self.pool = pool
         self.settings = settings
@@ -77,9 +75,7 @@ class Dispatcher:
         v = caps.get(cap_class)
         return None if v is None else int(v)
 
-    async def _inputs(
-        self, verb: Verb | None, principal: Principal, call: Call, company: Company, now
-    ) -> Inputs:
+    async def _inputs(self, verb: Verb | None, principal: Principal, call: Call, company: Company, now) -> Inputs:
         base = {
             "company_tier": company.tier,
             "secrets": self._secrets,
@@ -115,9 +111,7 @@ class Dispatcher:
         )
 
     # ---- the front door --------------------------------------------------------------------
-    async def dispatch(
-        self, principal: Principal, call: Call, *, company: Company | None = None
-    ) -> dict[str, Any]:
+    async def dispatch(self, principal: Principal, call: Call, *, company: Company | None = None) -> dict[str, Any]:
         """Run one verb call end to end and return its envelope (never raises for a denial).
 
         Args:
@@ -132,9 +126,7 @@ class Dispatcher:
             company = await get_company(self.pool, str(principal.company_id))
         verb = self.registry.get(call.verb) if isinstance(call.verb, str) else None
         t0 = time.perf_counter()
-        decision = decide(
-            verb, principal, call, await self._inputs(verb, principal, call, company, now), self.registry
-        )
+        decision = decide(verb, principal, call, await self._inputs(verb, principal, call, company, now), self.registry)
         if decision.outcome in ("deny", "pending"):
             return await self._refuse(principal, company, call, verb, decision, now)
         if decision.outcome == "replay":
@@ -174,9 +166,7 @@ class Dispatcher:
             err = VerbError("execution_failed")
             return await self._failed(principal, company, call, verb, decision, err, now, t0, False)
 
-    async def _execute(
-        self, principal, company, call, verb: Verb, decision: Decision, key, now, t0
-    ) -> dict[str, Any]:
+    async def _execute(self, principal, company, call, verb: Verb, decision: Decision, key, now, t0) -> dict[str, Any]:
         args = clean_args(call.args)
         async with tenant_conn(self.pool, company.id, durable=True) as conn:
             if key is not None:
@@ -187,9 +177,7 @@ class Dispatcher:
                     got = await store.stored_key(conn, principal.key, verb.name, key, now)
                     raise _Replay(got[0], got[1]) if got else VerbError("execution_failed")
             approval = decision.approval or {}
-            if approval.get("nonce_id") and not await store.consume_nonce(
-                conn, company.id, approval["nonce_id"], now
-            ):
+            if approval.get("nonce_id") and not await store.consume_nonce(conn, company.id, approval["nonce_id"], now):
                 raise VerbError("nonce_used", hint="Call again without confirm for a fresh phrase and nonce.")
             await self._count(conn, principal, company, verb, decision.cap_class, args, now)
             ctx = VerbContext(conn, args, principal, company, now, verb, self)
@@ -200,8 +188,7 @@ class Dispatcher:
                 entry.update(
                     idempotency_key=key,
                     reversible=verb.policy.revert is not None,
-                    rollback_handle=ctx.rollback_handle
-                    or (f"{verb.name}:{key}" if verb.policy.revert else None),
+                    rollback_handle=ctx.rollback_handle or (f"{verb.name}:{key}" if verb.policy.revert else None),
                     revert_data=ctx.revert_data,
                     children=ctx.children or None,
                     transaction_id=ctx.transaction_id,
@@ -294,9 +281,7 @@ class Dispatcher:
         return env
 
     # ---- exits that execute nothing -------------------------------------------------------------
-    def _entry(
-        self, principal, company, call, verb, decision: Decision, outcome, status, now
-    ) -> dict[str, Any]:
+    def _entry(self, principal, company, call, verb, decision: Decision, outcome, status, now) -> dict[str, Any]:
         e: dict[str, Any] = {
             "v": 1,
             "company_id": str(company.id),
@@ -307,15 +292,12 @@ class Dispatcher:
             "principal": {"kind": principal.kind, "subject": principal.subject, "role": principal.role},
             "transport": principal.transport,
             "risk_class": decision.risk_class.name if decision.risk_class is not None else None,
-            "args_digest": decision.digest
-            or (args_digest(call.args) if isinstance(call.args, Mapping) else None),
+            "args_digest": decision.digest or (args_digest(call.args) if isinstance(call.args, Mapping) else None),
         }
         if decision.reason:
             e["reason"] = decision.reason
         if decision.approval:
-            e["approval"] = {k: v for k, v in decision.approval.items() if k != "phrase"} | {
-                "approved_at": iso(now)
-            }
+            e["approval"] = {k: v for k, v in decision.approval.items() if k != "phrase"} | {"approved_at": iso(now)}
         if isinstance(call.args, Mapping) and (verb is None or verb.policy.audit_args):
             try:
                 e["args"] = canonical_json(redact(dict(call.args)))[:4000]
@@ -359,9 +341,7 @@ class Dispatcher:
                 got = await store.stored_key(conn, principal.key, verb.name, call.idempotency_key, now)
             envelope = got[1] if got else None
         if envelope is None:  # expired between the two reads: treat as unknown rather than re-running
-            d = Decision(
-                "deny", decision.risk_class, "execution_failed", "retry the call", digest=decision.digest
-            )
+            d = Decision("deny", decision.risk_class, "execution_failed", "retry the call", digest=decision.digest)
             return await self._refuse(principal, company, call, verb, d, now)
         entry = self._entry(principal, company, call, verb, decision, "replayed", "completed", now)
         entry.update(idempotency_key=call.idempotency_key, replay_of=envelope.get("audit_id"))

@@ -141,4 +141,3 @@ def _settle(fut: asyncio.Future, value: Any = None, *, exc: BaseException | None
         fut.set_exception(exc)
     else:
         fut.set_result(value)
-

@@ -141,18 +141,13 @@ def _check_policy(rec: dict[str, Any], policy: VerbPolicy) -> None:
             raise _fail(name, f"shape {rec['shape']!r} is a read shape")
     if cls is RiskClass.READ and rec["shape"] not in READ_SHAPES:
         raise _fail(name, f"shape {rec['shape']!r} is a write shape; class it as a write")
-    if (
-        policy.effective_consent() is Consent.TYPED_PHRASE
-        and cls is not RiskClass.BLOCKED
-        and policy.phrase is None
-    ):
+    if policy.effective_consent() is Consent.TYPED_PHRASE and cls is not RiskClass.BLOCKED and policy.phrase is None:
         raise _fail(name, f"{cls.name} uses the typed-phrase gate and needs a phrase builder")
     if rec.get("tier_floor", "starter") not in TIERS:
         raise _fail(name, f"tier_floor must be one of {', '.join(TIERS)}")
     surfaces = rec.get("surfaces", SURFACES)
     if "ucp" in surfaces and (
-        cls is RiskClass.IRREVERSIBLE
-        or (cls is RiskClass.WRITE_FINANCIAL and "buyer" not in policy.principals)
+        cls is RiskClass.IRREVERSIBLE or (cls is RiskClass.WRITE_FINANCIAL and "buyer" not in policy.principals)
     ):
         raise _fail(name, "UCP may carry neither IRREVERSIBLE nor company-side financial verbs")
     if not policy.principals or not policy.principals <= {"staff", "agent", "buyer"}:
