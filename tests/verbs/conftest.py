@@ -106,7 +106,12 @@ def clock() -> FrozenClock:
 @pytest.fixture
 async def shop(database):
     company = await create_company(
-        database.pool, slug="flower-shop", display_name="Flower Shop", hostnames=["flower-shop.test"], tier="growth"
+        database.pool,
+        slug="flower-shop",
+        display_name="Flower Shop",
+        hostnames=["flower-shop.test"],
+        tier="growth",
+        signature_policy="optional",  # staff call with bearer tokens; signed agents are verified
     )
     await load_catalog(database.pool, company.id)
     await seed_verb_demo(database.pool, company.id, T0)
