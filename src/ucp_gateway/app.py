@@ -20,6 +20,7 @@ from .db.database import connect_database
 from .discovery.web import setup as discovery_setup
 from .middleware import ACCESS_LOG, HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
 from .tenancy import HostCache
+from .verbs.web import setup as verbs_setup
 
 __all__ = ["COMPONENTS", "create_app"]
 
@@ -41,6 +42,7 @@ COMPONENTS: list[Callable[[web.Application], None]] = [
     _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug (issue 3)
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, fetcher, trust middleware (issue 4)
     _httpsig_setup,  # RFC 9421 verification middleware + response signing (issue 3)
+    verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
 ]
 
 
