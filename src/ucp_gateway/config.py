@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -49,6 +49,33 @@ class Settings(BaseSettings):
     # --- discovery / vendor namespace (see docs/architecture.md) -----------------------------
     vendor_prefix: str = Field(default="com.solidnumber", pattern=r"^[a-z][a-z0-9]*(\.[a-z][a-z0-9_]*)+$")
     vendor_base_url: str = "https://solidnumber.com/ucp"
+
+    # --- UCP shopping (issue 6, ucp_gateway.commerce) -----------------------------------------
+    checkout_ttl: int = Field(default=6 * 3600, ge=60, description="Seconds a checkout session lives (UCP default 6 h).")
+    commerce_idempotency_ttl: int = Field(default=86400, ge=86400, description="Seconds an Idempotency-Key is kept.")
+    buyer_rate_limit: int = Field(default=1200, ge=1, description="Requests per minute per buyer agent and company.")
+    buyer_max_order_amount: int | None = Field(
+        default=None, ge=0, description="Per-buyer-agent order amount limit (minor units); above it complete "
+        "answers requires_escalation. None: no limit."
+    )
+    simulation_secret: SecretStr | None = Field(
+        default=None, description="Enables POST /testing/simulate-shipping/{order_id} (Simulation-Secret header)."
+    )
+    conformance_mode: bool = Field(
+        default=False, description="UCP conformance-suite mode: accepts unsigned requests with a dummy "
+        "request-signature and plain-http loopback profile URLs. Refused unless environment=development."
+    )
+    webhook_max_attempts: int = Field(default=12, ge=1, description="Delivery attempts per order webhook.")
+    webhook_backoff_base: float = Field(default=2.0, gt=0, description="First retry delay, seconds; doubles each time.")
+    webhook_backoff_max: float = Field(default=3600.0, gt=0, description="Longest retry delay, seconds.")
+    webhook_timeout: float = Field(default=10.0, gt=0, description="Seconds per webhook delivery attempt.")
+    webhook_poll_interval: float = Field(default=1.0, gt=0, description="Seconds between outbox scans.")
+
+    @model_validator(mode="after")
+    def _conformance_needs_dev(self) -> Settings:
+        if self.conformance_mode and self.environment != "development":
+            raise ValueError("conformance_mode is refused unless environment=development")
+        return self
 
     @field_validator("data_dir")
     @classmethod

@@ -17,7 +17,6 @@ from ucp_sdk.models.schemas.shopping.checkout_create_request import CheckoutCrea
 from ucp_sdk.models.schemas.shopping.checkout_update_request import CheckoutUpdateRequest
 from ucp_sdk.models.schemas.shopping.discount import DiscountsObject
 from ucp_sdk.models.schemas.shopping.types.fulfillment_create_request import FulfillmentCreateRequest
-from ucp_sdk.models.schemas.shopping.types.fulfillment_update_request import FulfillmentUpdateRequest
 
 from ..errors import BadRequest
 
@@ -105,10 +104,10 @@ def parse_state(data: dict[str, Any], *, update: bool) -> dict[str, Any]:
         if val is not None:
             state[key] = _dump(val)
     if data.get("fulfillment") is not None:
-        fmodel = FulfillmentUpdateRequest if update else FulfillmentCreateRequest
-        state["fulfillment"] = _clean_fulfillment(
-            _dump(_validate(fmodel, data["fulfillment"], "$.fulfillment")) or {}
-        )
+        # lenient on update too: a method without line_item_ids (or a group without id) covers every
+        # item, as on create; the update schema's stricter "required" rejects common platform payloads
+        f = _validate(FulfillmentCreateRequest, data["fulfillment"], "$.fulfillment")
+        state["fulfillment"] = _clean_fulfillment(_dump(f) or {})
     if data.get("discounts") is not None:
         d = _validate(DiscountsObject, data["discounts"], "$.discounts")
         state["discounts"] = {"codes": list(d.codes or [])}  # type: ignore[attr-defined]
