@@ -51,22 +51,26 @@ class Settings(BaseSettings):
     vendor_base_url: str = "https://solidnumber.com/ucp"
 
     # --- UCP shopping (issue 6, ucp_gateway.commerce) -----------------------------------------
-    checkout_ttl: int = Field(default=6 * 3600, ge=60, description="Seconds a checkout session lives (UCP default 6 h).")
-    commerce_idempotency_ttl: int = Field(default=86400, ge=86400, description="Seconds an Idempotency-Key is kept.")
-    buyer_rate_limit: int = Field(default=1200, ge=1, description="Requests per minute per buyer agent and company.")
+    checkout_ttl: int = Field(default=6 * 3600, ge=60, description="Seconds a checkout lives (UCP: 6 h).")
+    commerce_idempotency_ttl: int = Field(default=86400, ge=86400, description="Seconds a key is kept.")
+    buyer_rate_limit: int = Field(default=1200, ge=1, description="Requests/minute per buyer agent and company.")
     buyer_max_order_amount: int | None = Field(
-        default=None, ge=0, description="Per-buyer-agent order amount limit (minor units); above it complete "
-        "answers requires_escalation. None: no limit."
+        default=None,
+        ge=0,
+        description="Per-buyer-agent order amount limit (minor units); above it complete answers "
+        "requires_escalation. None: no limit.",
     )
     simulation_secret: SecretStr | None = Field(
-        default=None, description="Enables POST /testing/simulate-shipping/{order_id} (Simulation-Secret header)."
+        default=None,
+        description="Enables POST /testing/simulate-shipping/{order_id} (Simulation-Secret header).",
     )
     conformance_mode: bool = Field(
-        default=False, description="UCP conformance-suite mode: accepts unsigned requests with a dummy "
-        "request-signature and plain-http loopback profile URLs. Refused unless environment=development."
+        default=False,
+        description="UCP conformance-suite mode: accepts unsigned requests with a dummy request-signature "
+        "and plain-http loopback profile URLs. Refused unless environment=development.",
     )
     webhook_max_attempts: int = Field(default=12, ge=1, description="Delivery attempts per order webhook.")
-    webhook_backoff_base: float = Field(default=2.0, gt=0, description="First retry delay, seconds; doubles each time.")
+    webhook_backoff_base: float = Field(default=2.0, gt=0, description="First retry delay (s); doubles.")
     webhook_backoff_max: float = Field(default=3600.0, gt=0, description="Longest retry delay, seconds.")
     webhook_timeout: float = Field(default=10.0, gt=0, description="Seconds per webhook delivery attempt.")
     webhook_poll_interval: float = Field(default=1.0, gt=0, description="Seconds between outbox scans.")

@@ -112,10 +112,12 @@ async def run_idempotent(
     try:
         async with conn.transaction():
             await conn.execute(
-                "INSERT INTO commerce_idempotency (company_id, caller, key, fingerprint, status_code, content_type,"
+                "INSERT INTO commerce_idempotency (company_id, caller, key,"
+                " fingerprint, status_code, content_type,"
                 " body, created_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
                 " ON CONFLICT (company_id, caller, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
-                " status_code = EXCLUDED.status_code, content_type = EXCLUDED.content_type, body = EXCLUDED.body,"
+                " status_code = EXCLUDED.status_code, content_type ="
+                " EXCLUDED.content_type, body = EXCLUDED.body,"
                 " created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at",
                 company_id,
                 caller,

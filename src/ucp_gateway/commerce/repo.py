@@ -132,7 +132,8 @@ async def reserve_inventory(conn: asyncpg.Connection, items: list[tuple[str, int
     short: list[str] = []
     for pid in sorted(merged):
         done = await conn.fetchval(
-            "UPDATE inventory SET quantity = quantity - $2 WHERE product_id = $1 AND quantity >= $2 RETURNING 1",
+            "UPDATE inventory SET quantity = quantity - $2 WHERE product_id = $1"
+            " AND quantity >= $2 RETURNING 1",
             pid,
             merged[pid],
         )
@@ -161,7 +162,8 @@ async def insert_payment(conn: asyncpg.Connection, company_id: uuid.UUID, p: dic
 
 async def insert_order(conn: asyncpg.Connection, company_id: uuid.UUID, o: dict[str, Any]) -> None:
     await conn.execute(
-        "INSERT INTO orders (company_id, id, checkout_id, caller, currency, total, snapshot, created_at, updated_at)"
+        "INSERT INTO orders (company_id, id, checkout_id, caller, currency,"
+        " total, snapshot, created_at, updated_at)"
         " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$8)",
         company_id,
         o["id"],
@@ -179,7 +181,8 @@ async def insert_event(
 ) -> None:
     detail = {k: v for k, v in ev.items() if k not in ("id", "type", "occurred_at")}
     await conn.execute(
-        "INSERT INTO order_events (company_id, order_id, id, type, occurred_at, detail) VALUES ($1,$2,$3,$4,$5,$6)",
+        "INSERT INTO order_events (company_id, order_id, id, type, occurred_at,"
+        " detail) VALUES ($1,$2,$3,$4,$5,$6)",
         company_id,
         order_id,
         ev["id"],

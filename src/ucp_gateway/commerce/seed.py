@@ -46,8 +46,10 @@ async def import_catalog(conn: asyncpg.Connection, company_id, data_dir: Path = 
         )
     for r in _rows(data_dir, "discounts.csv"):
         await conn.execute(
-            "INSERT INTO discounts (company_id, code, type, value, currency, description) VALUES ($1,$2,$3,$4,$5,$6)"
-            " ON CONFLICT (company_id, code) DO UPDATE SET type = $3, value = $4, currency = $5, description = $6",
+            "INSERT INTO discounts (company_id, code, type, value, currency,"
+            " description) VALUES ($1,$2,$3,$4,$5,$6)"
+            " ON CONFLICT (company_id, code) DO UPDATE SET type = $3, value = $4,"
+            " currency = $5, description = $6",
             company_id,
             r["code"].upper(),
             r["type"],
@@ -91,7 +93,8 @@ async def import_catalog(conn: asyncpg.Connection, company_id, data_dir: Path = 
         )
     for r in _rows(data_dir, "addresses.csv"):
         await conn.execute(
-            "INSERT INTO addresses (company_id, id, customer_id, street_address, city, state, postal_code, country)"
+            "INSERT INTO addresses (company_id, id, customer_id, street_address,"
+            " city, state, postal_code, country)"
             " VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (company_id, id) DO UPDATE SET customer_id = $3,"
             " street_address = $4, city = $5, state = $6, postal_code = $7, country = $8",
             company_id,

@@ -107,7 +107,8 @@ class WebhookWorker:
                 "UPDATE webhook_queue q SET next_attempt_at = $2 FROM ("
                 " SELECT company_id, event_id FROM webhook_queue WHERE next_attempt_at <= $1"
                 " ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) d"
-                " WHERE q.company_id = d.company_id AND q.event_id = d.event_id RETURNING q.company_id, q.event_id",
+                " WHERE q.company_id = d.company_id AND q.event_id = d.event_id"
+                " RETURNING q.company_id, q.event_id",
                 now,
                 lease,
                 self.batch,
