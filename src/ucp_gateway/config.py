@@ -53,7 +53,7 @@ class Settings(BaseSettings):
     # --- UCP shopping (issue 6, ucp_gateway.commerce) -----------------------------------------
     checkout_ttl: int = Field(default=6 * 3600, ge=60, description="Seconds a checkout lives (UCP: 6 h).")
     commerce_idempotency_ttl: int = Field(default=86400, ge=86400, description="Seconds a key is kept.")
-    buyer_rate_limit: int = Field(default=1200, ge=1, description="Requests/minute per buyer agent and company.")
+    buyer_rate_limit: int = Field(default=1200, ge=1, description="Requests/minute per buyer agent, company.")
     buyer_max_order_amount: int | None = Field(
         default=None,
         ge=0,
