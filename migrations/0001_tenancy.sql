@@ -31,6 +31,7 @@ CREATE TABLE platform (
     settings     jsonb NOT NULL DEFAULT '{}'::jsonb,
     created_at   timestamptz NOT NULL DEFAULT now()
 );
+INSERT INTO platform (id, name) VALUES (1, 'ucp-gateway platform');
 GRANT SELECT, INSERT, UPDATE ON platform TO ucp_app;
 
 -- Companies are the tenants. Everyone may read the directory (host resolution, agent graph);

@@ -1,7 +1,7 @@
 """Typed keys for application and request storage ("No Singletons Please", aiohttp web_advanced).
 
 Everything long-lived hangs off the ``web.Application`` under one of these keys; per-request values
-live on the request under the string keys below (aiohttp 3.x request storage).
+live on the request under the ``web.RequestKey`` keys below.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ SETTINGS = web.AppKey("settings", Settings)
 CLOCK = web.AppKey("clock", Clock)  # type: ignore[type-abstract]
 DATABASE = web.AppKey("database", Database)
 
-# request storage keys (values: str, tenancy.Company | None, bytes, principal object)
-REQ_REQUEST_ID = "ucpgw.request_id"
-REQ_COMPANY = "ucpgw.company"
-REQ_RAW_BODY = "ucpgw.raw_body"
-REQ_PRINCIPAL = "ucpgw.principal"
+# request storage keys (aiohttp >= 3.14 web.RequestKey)
+REQ_REQUEST_ID = web.RequestKey("request_id", str)
+REQ_COMPANY = web.RequestKey("company", object)  # tenancy.Company, or None for the platform node
+REQ_RAW_BODY = web.RequestKey("raw_body", bytes)  # the body exactly as received
+REQ_PRINCIPAL = web.RequestKey("principal", object)  # who is calling (set by the auth layers)

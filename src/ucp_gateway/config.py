@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     db_pool_min: int = Field(default=2, ge=1)
     db_pool_max: int = Field(default=10, ge=1)
     shutdown_timeout: float = Field(default=10.0, gt=0)
+    host_cache_ttl: float = Field(default=2.0, ge=0, description="seconds a Host -> company lookup is cached")
+    client_max_size: int = Field(default=1 << 20, ge=1024, description="largest request body accepted, bytes")
     demo: bool = False
 
     # --- discovery / vendor namespace (see docs/architecture.md) -----------------------------

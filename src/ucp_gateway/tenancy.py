@@ -8,6 +8,7 @@ host is case-insensitive).
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
     "TIERS",
     "Company",
     "CompanyNotFound",
+    "HostCache",
     "create_company",
     "get_company",
     "list_companies",
@@ -211,3 +213,32 @@ async def list_subagents(pool: asyncpg.Pool, company_id: UUID) -> dict[str, bool
     async with tenant_tx(pool, company_id) as conn:
         rows = await conn.fetch("SELECT name, enabled FROM subagents ORDER BY name")
     return {r["name"]: r["enabled"] for r in rows}
+
+
+class HostCache:
+    """Host -> company lookups cached for ``ttl`` seconds (monotonic clock).
+
+    A short TTL keeps the per-request cost of tenancy at a dict lookup while changes to a company
+    (new hostname, new signature policy) take effect within ``ttl`` seconds on every replica.
+    """
+
+    def __init__(self, ttl: float = 2.0, max_entries: int = 10_000):
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._entries: dict[str, tuple[float, Company | None]] = {}
+
+    async def resolve(self, pool: asyncpg.Pool, host: str | None) -> Company | None:
+        """Like :func:`resolve_host`, through the cache."""
+        key = normalize_host(host)
+        now = time.monotonic()
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        company = await resolve_host(pool, key)
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()  # bounded memory; a burst of junk Host headers cannot grow it
+        self._entries[key] = (now + self.ttl, company)
+        return company
+
+    def clear(self) -> None:
+        self._entries.clear()

@@ -43,7 +43,7 @@ async def owner_connect(dsn: str) -> asyncpg.Connection:
     check_dsn(dsn)
     try:
         return await asyncpg.connect(dsn, timeout=_CONNECT_TIMEOUT)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         where = urlsplit(dsn).hostname or "local socket"
         raise ConfigError(f"cannot reach PostgreSQL at {where}: {exc.__class__.__name__}: {exc}") from None
     except asyncpg.InvalidCatalogNameError:
@@ -113,7 +113,7 @@ class Database:
         try:
             async with self.pool.acquire(timeout=2.0) as conn:
                 pending, problems = await migration_status(conn)
-        except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             return False, f"database unreachable: {exc.__class__.__name__}"
         if problems:
             return False, problems[0]
@@ -128,7 +128,7 @@ class Database:
         self._closed = True
         try:
             await asyncio.wait_for(self.pool.close(), timeout=10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.pool.terminate()
         if self.embedded is not None:
             await stop_embedded(self.embedded)
@@ -170,7 +170,7 @@ async def connect_database(settings: Settings, *, migrate: bool = True) -> Datab
                 init=_init_connection,
                 timeout=_CONNECT_TIMEOUT,
             )
-        except (OSError, asyncio.TimeoutError, asyncpg.PostgresError) as exc:
+        except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
             raise ConfigError(
                 f"application role cannot connect ({exc.__class__.__name__}: {exc}); set "
                 "UCPGW_APP_DB_PASSWORD or UCPGW_APP_DATABASE_URL"

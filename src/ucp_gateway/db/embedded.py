@@ -29,10 +29,11 @@ def _check_writable(data_dir: Path) -> None:
 
 def _start(data_dir: Path) -> Any:
     _check_writable(data_dir)
-    import pgserver  # heavy import (psutil, platformdirs); only when embedded is used
-
+    # pgserver keeps its lock file in the user runtime dir; give it a private one when none is set
     os.environ.setdefault("XDG_RUNTIME_DIR", str(Path("/tmp") / f"ucpgw-runtime-{os.getuid()}"))  # noqa: S108
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, exist_ok=True)
+    import pgserver  # heavy import (psutil, platformdirs); only when embedded is used
+
     try:
         return pgserver.get_server(str((data_dir / "pg").resolve()), cleanup_mode="stop")
     except Exception as exc:  # pgserver raises CalledProcessError/TimeoutExpired/AssertionError

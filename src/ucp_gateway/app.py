@@ -1,0 +1,76 @@
+"""The application factory: ``create_app(settings)`` -> ``aiohttp.web.Application``.
+
+Shape (docs/architecture.md): the foundation installs the request-id, error and tenancy middlewares
+and the health routes; every subsystem then adds its own routes, middlewares and background tasks
+through one ``setup(app)`` function listed in :data:`COMPONENTS`, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+from aiohttp import web
+
+from .appkeys import CLOCK, DATABASE, SETTINGS
+from .clock import Clock, SystemClock
+from .config import Settings
+from .db import Database
+from .db.database import connect_database
+from .middleware import HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
+from .tenancy import HostCache
+
+__all__ = ["COMPONENTS", "create_app"]
+
+# Each entry adds one subsystem to the app (routes, middlewares, cleanup_ctx). Order matters for
+# middlewares: later entries run closer to the handler.
+COMPONENTS: list[Callable[[web.Application], None]] = []
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process answers. Never touches the database."""
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: the database answers and every migration is applied (else 503)."""
+    ok, reason = await request.app[DATABASE].ready()
+    if not ok:
+        return json_error(503, "not_ready", reason, {"Retry-After": "1"})
+    return web.json_response({"status": "ready"})
+
+
+def create_app(settings: Settings, *, clock: Clock | None = None, database: Database | None = None) -> web.Application:
+    """Build the gateway application.
+
+    Args:
+        settings: the validated settings.
+        clock: time source (default :class:`SystemClock`); tests pass a ``FrozenClock``.
+        database: an already opened database (tests); when None the app opens one at startup
+            (embedded or ``DATABASE_URL``) and closes it, and the embedded server, at cleanup.
+    Returns: the application; nothing touches the network until it is started.
+    """
+    app = web.Application(
+        middlewares=[request_id_middleware, error_middleware, tenancy_middleware],
+        client_max_size=settings.client_max_size,
+    )
+    app[SETTINGS] = settings
+    app[CLOCK] = clock or SystemClock()
+    app[HOST_CACHE] = HostCache(ttl=settings.host_cache_ttl)
+    if database is not None:
+        app[DATABASE] = database
+    else:
+        app.cleanup_ctx.append(_database_ctx)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    for setup in COMPONENTS:
+        setup(app)
+    return app
+
+
+async def _database_ctx(app: web.Application) -> AsyncIterator[None]:
+    db = await connect_database(app[SETTINGS])
+    app[DATABASE] = db
+    try:
+        yield
+    finally:
+        await db.close()

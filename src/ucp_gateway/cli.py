@@ -1,0 +1,236 @@
+"""The ``ucp-gateway`` command line.
+
+Every command prints one clear line to stderr and exits 1 on a user or configuration error (a
+:class:`~ucp_gateway.errors.GatewayError`); argparse usage errors exit 2; Ctrl-C exits 130. Commands
+that a script might parse take ``--json``. Subsystems add their commands through a ``register(sub)``
+function listed in :data:`COMMAND_MODULES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import __version__
+from .config import Settings
+from .db import open_database
+from .db.database import owner_connect
+from .db.migrate import apply_migrations
+from .errors import ConfigError, GatewayError
+from .logs import configure_logging
+
+__all__ = ["COMMAND_MODULES", "build_parser", "common_parser", "emit", "main"]
+
+# Modules with a ``register(subparsers)`` function; each adds its own commands.
+COMMAND_MODULES: list[str] = []
+
+
+def common_parser() -> argparse.ArgumentParser:
+    """Options every command accepts (add as ``parents=[common_parser()]``)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--data-dir", type=Path, help="gateway data directory (embedded database, dev keys)")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+    return p
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    """Print ``data`` as JSON when ``--json`` was given, else ``text``."""
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        print(text)
+
+
+# --- foundation commands ----------------------------------------------------------------------
+
+
+async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from .demo import seed_demo
+    from .serve import run_server
+
+    async def seed(app) -> None:
+        from .appkeys import DATABASE
+
+        report = await seed_demo(app[DATABASE], settings)
+        if report.created:
+            print(f"seeded demo company {report.company.slug!r}", file=sys.stderr)
+
+    await run_server(settings, before_serve=seed if settings.demo else None)
+    return 0
+
+
+async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.database_url:
+        conn = await owner_connect(settings.database_url)
+        try:
+            applied = await apply_migrations(conn)
+        finally:
+            await conn.close()
+    else:
+        # connect_database applies migrations on the embedded server
+        from .db.database import EMBEDDED_DB_NAME, with_database
+        from .db.embedded import start_embedded, stop_embedded
+
+        server, dsn = await start_embedded(settings.data_dir)
+        try:
+            from .db.database import _ensure_database
+
+            await _ensure_database(dsn, EMBEDDED_DB_NAME)
+            conn = await owner_connect(with_database(dsn, EMBEDDED_DB_NAME))
+            try:
+                applied = await apply_migrations(conn)
+            finally:
+                await conn.close()
+        finally:
+            await stop_embedded(server)
+    emit(args, {"applied": applied}, "\n".join(f"applied {n}" for n in applied) or "database is current")
+    return 0
+
+
+async def cmd_companies_create(args: argparse.Namespace, settings: Settings) -> int:
+    from .tenancy import create_company
+
+    async with open_database(settings) as db:
+        c = await create_company(
+            db.pool,
+            slug=args.slug,
+            display_name=args.name or args.slug,
+            hostnames=args.host or [],
+            tier=args.tier,
+            signature_policy=args.signature_policy,
+        )
+    emit(args, c.to_json(), f"created company {c.slug} ({c.id})")
+    return 0
+
+
+async def cmd_companies_list(args: argparse.Namespace, settings: Settings) -> int:
+    from .tenancy import list_companies
+
+    out = []
+    async with open_database(settings) as db:
+        after = None
+        while True:
+            page = await list_companies(db.pool, after_slug=after, limit=500)
+            out.extend(page)
+            if len(page) < 500:
+                break
+            after = page[-1].slug
+    emit(
+        args,
+        [c.to_json() for c in out],
+        "\n".join(f"{c.slug}\t{c.tier}\t{','.join(c.hostnames)}" for c in out) or "no companies",
+    )
+    return 0
+
+
+async def cmd_companies_show(args: argparse.Namespace, settings: Settings) -> int:
+    from .tenancy import get_company, list_subagents
+
+    async with open_database(settings) as db:
+        c = await get_company(db.pool, args.slug)
+        subs = await list_subagents(db.pool, c.id)
+    data = c.to_json() | {"subagents": subs}
+    lines = [f"{k}: {v}" for k, v in c.to_json().items()]
+    lines.append("subagents: " + ", ".join(f"{n}{'' if e else ' (disabled)'}" for n, e in subs.items()))
+    emit(args, data, "\n".join(lines))
+    return 0
+
+
+async def cmd_demo_seed(args: argparse.Namespace, settings: Settings) -> int:
+    from .demo import seed_demo
+
+    async with open_database(settings) as db:
+        report = await seed_demo(db, settings, reset=args.reset)
+    total = sum(report.inserted.values())
+    emit(args, report.to_json(), f"demo company {report.company.slug}: {total} row(s) inserted")
+    return 0
+
+
+def _register_foundation(sub: argparse._SubParsersAction) -> None:
+    common = common_parser()
+    p = sub.add_parser("serve", parents=[common], help="run the gateway")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 8080)")
+    p.add_argument("--demo", action="store_true", help="seed and serve the flower-shop demo on 127.0.0.1/localhost")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("migrate", parents=[common], help="apply database migrations")
+    p.set_defaults(func=cmd_migrate)
+
+    comp = sub.add_parser("companies", help="manage companies").add_subparsers(dest="action", required=True)
+    p = comp.add_parser("create", parents=[common], help="create a company")
+    p.add_argument("slug")
+    p.add_argument("--name", help="display name (default: the slug)")
+    p.add_argument("--host", action="append", help="hostname bound to the company (repeatable)")
+    p.add_argument("--tier", default="starter", choices=["starter", "growth", "pro", "enterprise"])
+    p.add_argument("--signature-policy", default="required", choices=["required", "optional", "off"])
+    p.set_defaults(func=cmd_companies_create)
+    p = comp.add_parser("list", parents=[common], help="list companies")
+    p.set_defaults(func=cmd_companies_list)
+    p = comp.add_parser("show", parents=[common], help="show one company")
+    p.add_argument("slug")
+    p.set_defaults(func=cmd_companies_show)
+
+    demo = sub.add_parser("demo", help="demo data").add_subparsers(dest="action", required=True)
+    p = demo.add_parser("seed", parents=[common], help="seed the flower-shop demo company (idempotent)")
+    p.add_argument("--reset", action="store_true", help="delete the demo company first and reseed from scratch")
+    p.set_defaults(func=cmd_demo_seed)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ucp-gateway", description="UCP 2026-04-08 commerce gateway")
+    parser.add_argument("--version", action="version", version=f"ucp-gateway {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _register_foundation(sub)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def _settings_from(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    fields = ("data_dir", "host", "port") if args.command == "serve" else ("data_dir",)
+    for field in fields:
+        value = getattr(args, field, None)
+        if value is not None:
+            overrides[field] = value
+    if getattr(args, "demo", False):
+        overrides["demo"] = True
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(f"invalid setting {where}: {err['msg']}") from None
+    if settings.demo and "public_scheme" not in settings.model_fields_set:
+        settings.public_scheme = "http"  # the demo serves plain http on loopback
+    return settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ucp-gateway`` console script. Returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = _settings_from(args)
+        if args.command != "serve" and "log_level" not in settings.model_fields_set:
+            settings.log_level = "warning"  # keep one-shot commands quiet on stderr
+        configure_logging(settings)
+        return asyncio.run(args.func(args, settings)) or 0
+    except GatewayError as exc:
+        print(f"ucp-gateway: error: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Run the gateway: bind first, then open the database, serve until SIGINT/SIGTERM, shut down cleanly.
+
+Shutdown order (aiohttp web_advanced "Graceful shutdown"): stop accepting, let in-flight requests
+finish (up to ``shutdown_timeout`` seconds), run cleanup contexts in reverse (workers, pool), and stop
+the embedded PostgreSQL last, so no postgres process outlives the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from collections.abc import Callable
+
+import structlog
+from aiohttp import web
+
+from .app import create_app
+from .config import Settings
+from .errors import ConfigError
+
+__all__ = ["bind_socket", "run_server"]
+
+_log = structlog.get_logger("ucp_gateway.serve")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind and listen on ``host:port`` (port 0 picks a free one). Raises ConfigError when taken."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot resolve listen host {host!r}: {exc.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (98, 48):  # EADDRINUSE (Linux, BSD)
+            raise ConfigError(f"port {port} on {host} is already in use") from None
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.setblocking(False)
+    return sock
+
+
+async def run_server(
+    settings: Settings,
+    *,
+    before_serve: Callable[[web.Application], object] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve ``create_app(settings)`` until a signal (or ``stop``) arrives.
+
+    Args:
+        before_serve: optional ``async (app) -> None`` run after the database is open and before the
+            socket accepts connections (``serve --demo`` seeds here).
+        stop: an event that ends serving when set (tests); SIGINT/SIGTERM set it too.
+    Raises: ConfigError (port in use, database problems) before anything is served.
+    """
+    sock = bind_socket(settings.host, settings.port)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+            pass
+    app = create_app(settings)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.shutdown_timeout, handle_signals=False)
+    try:
+        await runner.setup()  # opens the database (cleanup_ctx) and starts workers
+        if before_serve is not None:
+            await before_serve(app)  # type: ignore[misc]
+        site = web.SockSite(runner, sock)
+        await site.start()
+        host, port = sock.getsockname()[:2]
+        _log.info("listening", url=f"http://{host}:{port}", embedded_db=settings.database_url is None)
+        await stop.wait()
+        _log.info("shutting_down")
+    finally:
+        await runner.cleanup()
+        sock.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.remove_signal_handler(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+        _log.info("stopped")

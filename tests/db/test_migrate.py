@@ -1,0 +1,93 @@
+"""Migration runner: order, checksums, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from ucp_gateway.db.migrate import MigrationError, apply_migrations, available_migrations, migration_status
+
+from ..conftest import _drop_db, _new_db
+
+
+async def _empty_db(pg_base_dsn):
+    name = f"ucpgw_m_{id(object())}"
+    conn = await asyncpg.connect(pg_base_dsn)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    from ucp_gateway.db.dsn import with_database
+
+    return name, with_database(pg_base_dsn, name)
+
+
+def test_shipped_migrations_are_ordered_and_named():
+    ms = available_migrations()
+    assert [m.version for m in ms] == sorted(m.version for m in ms)
+    assert ms[0].name == "0001_tenancy.sql"
+    assert all(len(m.checksum) == 64 for m in ms)
+
+
+async def test_apply_records_every_file_once(pg_base_dsn):
+    name, dsn = await _empty_db(pg_base_dsn)
+    try:
+        conn = await asyncpg.connect(dsn)
+        try:
+            applied = await apply_migrations(conn)
+            assert applied == [m.name for m in available_migrations()]
+            assert await apply_migrations(conn) == []  # second run: nothing to do
+            rows = await conn.fetch("SELECT version, checksum FROM schema_migrations ORDER BY version")
+            assert [(r["version"], r["checksum"]) for r in rows] == [
+                (m.version, m.checksum) for m in available_migrations()
+            ]
+        finally:
+            await conn.close()
+    finally:
+        await _drop_db(pg_base_dsn, name)
+
+
+async def test_concurrent_gateways_apply_each_migration_once(pg_base_dsn):
+    name, dsn = await _empty_db(pg_base_dsn)
+    try:
+        conns = [await asyncpg.connect(dsn) for _ in range(3)]
+        try:
+            results = await asyncio.gather(*(apply_migrations(c) for c in conns))
+        finally:
+            for c in conns:
+                await c.close()
+        applied = [n for r in results for n in r]
+        assert sorted(applied) == sorted(m.name for m in available_migrations())  # each exactly once
+    finally:
+        await _drop_db(pg_base_dsn, name)
+
+
+async def test_changed_applied_migration_is_a_hard_error(pg_base_dsn, template_db):
+    name = await _new_db(pg_base_dsn, template_db)
+    from ucp_gateway.db.dsn import with_database
+
+    conn = await asyncpg.connect(with_database(pg_base_dsn, name))
+    try:
+        await conn.execute("UPDATE schema_migrations SET checksum = repeat('0', 64) WHERE version = '0001'")
+        pending, problems = await migration_status(conn)
+        assert pending == []
+        assert problems and "0001_tenancy.sql" in problems[0] and "changed" in problems[0]
+        with pytest.raises(MigrationError, match="changed after it was applied"):
+            await apply_migrations(conn)
+    finally:
+        await conn.close()
+        await _drop_db(pg_base_dsn, name)
+
+
+async def test_unknown_applied_migration_is_reported(pg_base_dsn, template_db):
+    name = await _new_db(pg_base_dsn, template_db)
+    from ucp_gateway.db.dsn import with_database
+
+    conn = await asyncpg.connect(with_database(pg_base_dsn, name))
+    try:
+        await conn.execute("INSERT INTO schema_migrations (version, name, checksum) VALUES ('9999', '9999_x.sql', 'x')")
+        _, problems = await migration_status(conn)
+        assert problems == ["database has migration 9999_x.sql that this gateway does not ship (newer database?)"]
+    finally:
+        await conn.close()
+        await _drop_db(pg_base_dsn, name)

@@ -1,0 +1,96 @@
+"""The application shell: health, readiness, request ids, error mapping."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+from aiohttp import web
+
+from ucp_gateway.app import create_app
+from ucp_gateway.errors import Conflict
+
+
+@pytest.fixture
+async def client(aiohttp_client, database, db_settings):
+    app = create_app(db_settings, database=database)
+
+    async def boom(request):
+        raise RuntimeError("secret internals")
+
+    async def conflict(request):
+        raise Conflict("already there", code="already_there")
+
+    app.router.add_get("/_test/boom", boom)
+    app.router.add_get("/_test/conflict", conflict)
+    return await aiohttp_client(app)
+
+
+async def test_healthz_and_readyz(client):
+    r = await client.get("/healthz")
+    assert r.status == 200 and (await r.json()) == {"status": "ok"}
+    r = await client.get("/readyz")
+    assert r.status == 200 and (await r.json()) == {"status": "ready"}
+
+
+async def test_readyz_503_when_migrations_not_current(client, database):
+    conn = await asyncpg.connect(database.owner_dsn)
+    try:
+        await conn.execute("DELETE FROM schema_migrations WHERE version = '0002'")
+    finally:
+        await conn.close()
+    r = await client.get("/readyz")
+    assert r.status == 503
+    body = await r.json()
+    assert body["code"] == "not_ready" and "pending" in body["content"]
+    assert r.headers["Retry-After"] == "1"
+
+
+async def test_request_id_is_echoed_or_generated(client):
+    r = await client.get("/healthz", headers={"Request-Id": "abc-123"})
+    assert r.headers["Request-Id"] == "abc-123"
+    r = await client.get("/healthz", headers={"Request-Id": "bad id\twith junk"})
+    assert r.headers["Request-Id"] != "bad id\twith junk" and len(r.headers["Request-Id"]) == 32
+    r = await client.get("/healthz")
+    assert len(r.headers["Request-Id"]) == 32
+
+
+async def test_unknown_route_is_json_404(client):
+    r = await client.get("/no/such/thing")
+    assert r.status == 404
+    assert await r.json() == {"code": "not_found", "content": "Not Found"}
+    assert "Request-Id" in r.headers
+
+
+async def test_method_not_allowed_keeps_allow_header(client):
+    r = await client.post("/healthz")
+    assert r.status == 405
+    assert (await r.json())["code"] == "method_not_allowed"
+    assert "GET" in r.headers["Allow"]
+
+
+async def test_unexpected_error_is_generic_500_without_trace(client):
+    r = await client.get("/_test/boom")
+    assert r.status == 500
+    text = await r.text()
+    assert "secret internals" not in text and "Traceback" not in text
+    assert (await r.json())["code"] == "internal_error"
+
+
+async def test_gateway_error_maps_to_its_status_and_code(client):
+    r = await client.get("/_test/conflict")
+    assert r.status == 409
+    assert await r.json() == {"code": "already_there", "content": "already there"}
+
+
+async def test_oversized_body_is_413_json(client):
+    r = await client.post("/_test/conflict", data=b"x" * (2 << 20))
+    assert r.status in (405, 413)  # method check may win; either way JSON, never a 500
+    assert (await r.json())["code"] in ("method_not_allowed", "payload_too_large")
+
+
+async def test_app_factory_without_database_opens_one(db_settings, aiohttp_client):
+    app = create_app(db_settings)
+    client = await aiohttp_client(app)
+    r = await client.get("/readyz")
+    assert r.status == 200
+    assert isinstance(app, web.Application)

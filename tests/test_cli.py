@@ -1,0 +1,168 @@
+"""The ucp-gateway command line, run as a real subprocess (what an operator sees)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ucp_gateway.demo import load_catalogue
+
+CLI = [sys.executable, "-m", "ucp_gateway.cli"]
+
+
+def run(args, env_extra=None, timeout=60):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",) and not k.startswith("UCPGW_")}
+    env.update(env_extra or {})
+    return subprocess.run(CLI + args, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def assert_one_line_error(proc, contains):
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ucp-gateway: error: ")
+    assert contains in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def db_env(db_settings):
+    return {"DATABASE_URL": db_settings.database_url}
+
+
+def test_companies_create_list_show_json(db_env):
+    p = run(["companies", "create", "acme", "--name", "Acme Inc", "--host", "Acme.Example", "--json"], db_env)
+    assert p.returncode == 0, p.stderr
+    created = json.loads(p.stdout)
+    assert created["slug"] == "acme" and created["hostnames"] == ["acme.example"]
+    p = run(["companies", "list", "--json"], db_env)
+    assert [c["slug"] for c in json.loads(p.stdout)] == ["acme"]
+    p = run(["companies", "show", "acme", "--json"], db_env)
+    shown = json.loads(p.stdout)
+    assert shown["id"] == created["id"] and shown["subagents"]["sales"] is True
+
+
+def test_duplicate_and_unknown_company_are_one_line_errors(db_env):
+    assert run(["companies", "create", "dup"], db_env).returncode == 0
+    assert_one_line_error(run(["companies", "create", "dup"], db_env), "slug already taken")
+    assert_one_line_error(run(["companies", "show", "ghost"], db_env), "unknown company 'ghost'")
+
+
+def test_demo_seed_is_idempotent_and_reset_reseeds(db_env):
+    first = json.loads(run(["demo", "seed", "--json"], db_env).stdout)
+    assert first["created"] is True
+    cat = load_catalogue()
+    assert first["inserted"]["products"] == len(cat.products) == 6
+    assert first["inserted"]["payment_instruments"] == len(cat.payment_instruments)
+    assert first["inserted"]["inventory"] == len(cat.inventory)
+    assert first["company"]["hostnames"] == ["127.0.0.1", "localhost"]
+    second = json.loads(run(["demo", "seed", "--json"], db_env).stdout)
+    assert second["created"] is False and set(second["inserted"].values()) == {0}
+    assert second["company"]["id"] == first["company"]["id"]
+    third = json.loads(run(["demo", "seed", "--reset", "--json"], db_env).stdout)
+    assert third["created"] is True and third["company"]["id"] != first["company"]["id"]
+    assert third["inserted"]["products"] == len(cat.products)
+
+
+def test_malformed_database_url():
+    assert_one_line_error(run(["companies", "list"], {"DATABASE_URL": "postgresql://u@host:notaport/db"}), "malformed")
+    assert_one_line_error(run(["companies", "list"], {"DATABASE_URL": "mysql://u@h/db"}), "postgresql://")
+
+
+def test_unreachable_database_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    p = run(["companies", "list"], {"DATABASE_URL": f"postgresql://u:secretpw@127.0.0.1:{port}/db"})
+    assert_one_line_error(p, "cannot reach PostgreSQL at 127.0.0.1")
+    assert "secretpw" not in p.stderr
+
+
+def test_unwritable_data_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert_one_line_error(run(["companies", "list", "--data-dir", str(blocker / "sub")]), "not writable")
+
+
+def test_port_in_use(db_env):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        proc = run(["serve", "--port", str(port)], db_env)
+        assert_one_line_error(proc, f"port {port} on 127.0.0.1 is already in use")
+
+
+def test_invalid_setting_is_one_line(db_env):
+    assert_one_line_error(run(["companies", "list"], db_env | {"UCPGW_LOG_LEVEL": "loud"}), "invalid setting log_level")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(port: int, proc, timeout: float = 60) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if proc.poll() is not None:
+            raise AssertionError(f"gateway exited: {proc.stderr.read()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+                if r.status == 200:
+                    return time.monotonic() - start
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("gateway never became ready")
+
+
+def _postgres_procs(data_dir: Path):
+    out = []
+    for p in psutil.process_iter(["name", "cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if "postgres" in (p.info["name"] or "") and str(data_dir) in " ".join(p.info["cmdline"] or []):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_serve_demo_on_embedded_db_stops_cleanly_and_restarts_with_data(tmp_path, sig):
+    data_dir = (tmp_path / "gw").resolve()
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("UCPGW_")}
+    for attempt in ("cold", "warm"):
+        port = _free_port()
+        proc = subprocess.Popen(
+            [*CLI, "serve", "--demo", "--data-dir", str(data_dir), "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            _wait_ready(port, proc)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                assert json.load(r) == {"status": "ok"}
+            assert _postgres_procs(data_dir), "embedded postgres should be running"
+        finally:
+            proc.send_signal(getattr(__import__("signal"), sig))
+            _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert ("seeded demo company" in err) == (attempt == "cold")  # warm start reuses the data
+        deadline = time.monotonic() + 10
+        while _postgres_procs(data_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _postgres_procs(data_dir) == [], "a postgres process outlived the gateway"

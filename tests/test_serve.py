@@ -1,0 +1,53 @@
+"""Serving: graceful shutdown finishes in-flight requests; logs are JSON lines with the request id."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+
+import aiohttp
+from aiohttp import web
+
+from ucp_gateway import app as app_module
+from ucp_gateway.logs import configure_logging
+from ucp_gateway.serve import run_server
+
+
+async def test_in_flight_request_finishes_after_stop_and_logs_carry_request_id(db_settings, monkeypatch):
+    started = asyncio.Event()
+
+    async def slow(request):
+        started.set()
+        await asyncio.sleep(0.5)
+        return web.json_response({"done": True})
+
+    def add_slow(app):
+        app.router.add_get("/_test/slow", slow)
+
+    monkeypatch.setattr(app_module, "COMPONENTS", [*app_module.COMPONENTS, add_slow])
+    stream = io.StringIO()
+    settings = db_settings.model_copy(update={"port": 0, "log_level": "info"})
+    configure_logging(settings, stream=stream)
+    # port 0: find the bound port from the "listening" log line
+    stop = asyncio.Event()
+    server = asyncio.create_task(run_server(settings, stop=stop))
+    for _ in range(200):
+        await asyncio.sleep(0.02)
+        lines = [json.loads(x) for x in stream.getvalue().splitlines() if x.startswith("{")]
+        url = next((x["url"] for x in lines if x.get("event") == "listening"), None)
+        if url:
+            break
+    assert url, stream.getvalue()
+    async with aiohttp.ClientSession() as s:
+        req = asyncio.create_task(s.get(f"{url}/_test/slow", headers={"Request-Id": "inflight-1"}))
+        await started.wait()
+        stop.set()  # what SIGTERM does
+        resp = await req
+        assert resp.status == 200 and (await resp.json()) == {"done": True}
+        assert resp.headers["Request-Id"] == "inflight-1"
+    await asyncio.wait_for(server, 15)
+    lines = [json.loads(x) for x in stream.getvalue().splitlines() if x.startswith("{")]
+    access = [x for x in lines if x.get("event") == "request" and x.get("path") == "/_test/slow"]
+    assert access and access[0]["request_id"] == "inflight-1" and access[0]["status"] == 200
+    assert [x["event"] for x in lines if x["event"] in ("shutting_down", "stopped")] == ["shutting_down", "stopped"]

@@ -1,0 +1,114 @@
+"""Companies, hostnames and Host -> company resolution."""
+
+from __future__ import annotations
+
+import pytest
+
+from ucp_gateway.errors import BadRequest, Conflict
+from ucp_gateway.tenancy import (
+    SUBAGENTS,
+    CompanyNotFound,
+    HostCache,
+    create_company,
+    get_company,
+    list_companies,
+    list_subagents,
+    normalize_host,
+    resolve_host,
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("Shop.Example.COM", "shop.example.com"),
+        ("shop.example.com:8443", "shop.example.com"),
+        ("shop.example.com.", "shop.example.com"),
+        ("127.0.0.1:8080", "127.0.0.1"),
+        ("[::1]:8080", "::1"),
+        ("[::1]", "::1"),
+        ("", ""),
+        (None, ""),
+    ],
+)
+def test_normalize_host(raw, expected):
+    assert normalize_host(raw) == expected
+
+
+async def test_host_resolution_is_case_insensitive_and_ignores_port(database):
+    c = await create_company(database.pool, slug="shop", display_name="Shop", hostnames=["Shop.Example"])
+    for host in ("shop.example", "SHOP.example:8080", "shop.example."):
+        got = await resolve_host(database.pool, host)
+        assert got is not None and got.id == c.id and got.hostnames == ("shop.example",)
+    assert await resolve_host(database.pool, "other.example") is None  # platform node
+    assert await resolve_host(database.pool, None) is None
+
+
+async def test_create_company_creates_all_subagents(database):
+    c = await create_company(
+        database.pool, slug="acme", display_name="Acme", subagents={"marketing": False}, tier="pro"
+    )
+    subs = await list_subagents(database.pool, c.id)
+    assert set(subs) == set(SUBAGENTS)
+    assert subs["marketing"] is False and subs["sales"] is True
+    assert (await get_company(database.pool, "acme")).tier == "pro"
+    assert (await get_company(database.pool, str(c.id))).slug == "acme"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"slug": "Bad Slug"},
+        {"slug": "-x"},
+        {"display_name": "   "},
+        {"tier": "platinum"},
+        {"signature_policy": "maybe"},
+        {"hostnames": ["bad host!"]},
+        {"subagents": {"hr": True}},
+    ],
+)
+async def test_invalid_company_fields_are_rejected_and_nothing_written(database, kwargs):
+    args = {"slug": "ok", "display_name": "Ok"} | kwargs
+    with pytest.raises(BadRequest):
+        await create_company(database.pool, **args)
+    assert await list_companies(database.pool) == []
+
+
+async def test_duplicate_slug_and_hostname_conflict_without_partial_rows(database):
+    await create_company(database.pool, slug="one", display_name="One", hostnames=["one.example"])
+    with pytest.raises(Conflict) as e1:
+        await create_company(database.pool, slug="one", display_name="Again")
+    assert e1.value.code == "slug_taken"
+    with pytest.raises(Conflict) as e2:
+        await create_company(database.pool, slug="two", display_name="Two", hostnames=["ONE.example"])
+    assert e2.value.code == "hostname_taken"
+    assert [c.slug for c in await list_companies(database.pool)] == ["one"]  # "two" not half-created
+
+
+async def test_list_companies_keyset_pagination(database):
+    for i in range(7):
+        await create_company(database.pool, slug=f"c{i:02d}", display_name=f"C{i}")
+    seen, after = [], None
+    while True:
+        page = await list_companies(database.pool, after_slug=after, limit=3)
+        seen.extend(c.slug for c in page)
+        if len(page) < 3:
+            break
+        after = page[-1].slug
+    assert seen == [f"c{i:02d}" for i in range(7)]
+
+
+async def test_get_unknown_company(database):
+    with pytest.raises(CompanyNotFound):
+        await get_company(database.pool, "nope")
+
+
+async def test_host_cache_serves_from_cache_within_ttl(database):
+    cache = HostCache(ttl=60)
+    assert await cache.resolve(database.pool, "late.example") is None
+    await create_company(database.pool, slug="late", display_name="Late", hostnames=["late.example"])
+    assert await cache.resolve(database.pool, "late.example") is None  # cached negative answer
+    cache.clear()
+    assert (await cache.resolve(database.pool, "late.example")).slug == "late"
+    zero = HostCache(ttl=0)
+    assert (await zero.resolve(database.pool, "LATE.example")).slug == "late"
