@@ -13,6 +13,7 @@ from aiohttp import web
 
 from .appkeys import CLOCK, DATABASE, SETTINGS
 from .clock import Clock, SystemClock
+from .commerce import web as commerce_web
 from .config import Settings
 from .db import Database
 from .db.database import connect_database
@@ -23,7 +24,7 @@ __all__ = ["COMPONENTS", "create_app"]
 
 # Each entry adds one subsystem to the app (routes, middlewares, cleanup_ctx). Order matters for
 # middlewares: later entries run closer to the handler.
-COMPONENTS: list[Callable[[web.Application], None]] = []
+COMPONENTS: list[Callable[[web.Application], None]] = [commerce_web.setup]
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -76,6 +76,7 @@ class Settings(BaseSettings):
     webhook_backoff_max: float = Field(default=3600.0, gt=0, description="Longest retry delay, seconds.")
     webhook_timeout: float = Field(default=10.0, gt=0, description="Seconds per webhook delivery attempt.")
     webhook_poll_interval: float = Field(default=1.0, gt=0, description="Seconds between outbox scans.")
+    webhook_worker: bool = Field(default=True, description="Run the webhook delivery worker in this process.")
 
     @model_validator(mode="after")
     def _conformance_needs_dev(self) -> Settings:

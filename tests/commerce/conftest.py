@@ -7,12 +7,10 @@ import uuid
 import pytest
 from aiohttp import web
 
-from ucp_gateway.appkeys import CLOCK, DATABASE, SETTINGS
-from ucp_gateway.clock import FrozenClock, SystemClock
-from ucp_gateway.commerce.seed import import_catalog
-from ucp_gateway.commerce.web import REST_PREFIX, setup
-from ucp_gateway.db import tenant_tx
-from ucp_gateway.tenancy import create_company
+from ucp_gateway.app import create_app
+from ucp_gateway.clock import FrozenClock
+from ucp_gateway.commerce.web import REST_PREFIX
+from ucp_gateway.demo.seed import seed_demo
 
 AGENT = "https://agent.example/profile.json"
 
@@ -60,13 +58,9 @@ def pay(token: str = "success_token", instr: str = "instr_1") -> dict:
 
 
 @pytest.fixture
-async def company(database):
-    c = await create_company(
-        database.pool, slug="flowers", display_name="Flower Shop", hostnames=["127.0.0.1"]
-    )
-    async with tenant_tx(database.pool, c.id) as conn:
-        await import_catalog(conn, c.id)
-    return c
+async def company(database, db_settings):
+    """The demo flower shop (main's demo seed), bound to 127.0.0.1 and localhost."""
+    return (await seed_demo(database, db_settings)).company
 
 
 @pytest.fixture
@@ -75,12 +69,8 @@ def clock():
 
 
 def make_app(database, settings, clock=None) -> web.Application:
-    app = web.Application()
-    app[SETTINGS] = settings
-    app[CLOCK] = clock or SystemClock()
-    app[DATABASE] = database
-    setup(app, worker=False)
-    return app
+    """The real gateway app (create_app: middlewares + COMPONENTS) without the background worker."""
+    return create_app(settings.model_copy(update={"webhook_worker": False}), clock=clock, database=database)
 
 
 @pytest.fixture

@@ -151,8 +151,9 @@ async def simulate_shipping(request: web.Request) -> web.Response:
         return _error(exc)
 
 
-def setup(app: web.Application, *, worker: bool = True) -> None:
-    """Add the shopping routes, the per-agent rate limiter and (``worker``) the webhook delivery worker."""
+def setup(app: web.Application) -> None:
+    """Add the shopping routes, the per-agent rate limiter and (``settings.webhook_worker``) the
+    webhook delivery worker."""
     from .webhooks import webhook_worker_ctx
 
     settings = app[SETTINGS]
@@ -166,5 +167,5 @@ def setup(app: web.Application, *, worker: bool = True) -> None:
     app.router.add_get(f"{p}/orders/{{id}}", get_order)
     if settings.simulation_secret is not None:
         app.router.add_post(SIMULATE_PATH, simulate_shipping)
-    if worker:
+    if settings.webhook_worker:
         app.cleanup_ctx.append(webhook_worker_ctx)
