@@ -17,6 +17,7 @@ from .commerce import web as commerce_web
 from .config import Settings
 from .db import Database
 from .db.database import connect_database
+from .discovery.web import setup as discovery_setup
 from .middleware import HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
 from .tenancy import HostCache
 
@@ -24,7 +25,10 @@ __all__ = ["COMPONENTS", "create_app"]
 
 # Each entry adds one subsystem to the app (routes, middlewares, cleanup_ctx). Order matters for
 # middlewares: later entries run closer to the handler.
-COMPONENTS: list[Callable[[web.Application], None]] = [commerce_web.setup]
+COMPONENTS: list[Callable[[web.Application], None]] = [
+    discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, app[PROFILE_FETCHER]
+    commerce_web.setup,  # UCP shopping REST binding, simulate-shipping, order-webhook worker
+]
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -30,7 +30,9 @@ from .logs import configure_logging
 __all__ = ["COMMAND_MODULES", "build_parser", "common_parser", "emit", "main"]
 
 # Modules with a ``register(subparsers)`` function; each adds its own commands.
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = [
+    "ucp_gateway.discovery.cli",  # partners add|list|remove|policy
+]
 
 
 def common_parser() -> argparse.ArgumentParser:

@@ -52,6 +52,28 @@ class Settings(BaseSettings):
     vendor_prefix: str = Field(default="com.solidnumber", pattern=r"^[a-z][a-z0-9]*(\.[a-z][a-z0-9_]*)+$")
     vendor_base_url: str = "https://solidnumber.com/ucp"
 
+    # --- discovery: hosting, platform-profile fetcher, agent graph (ucp_gateway.discovery) -------
+    profile_max_age: int = Field(default=300, ge=60, description="max-age (s) on /.well-known/ucp (UCP: >= 60).")
+    profile_render_ttl: float = Field(
+        default=5.0, ge=0, description="Seconds a rendered profile is reused before keys/sub-agents are re-read."
+    )
+    agent_graph_page_size: int = Field(default=100, ge=1, le=1000)
+    profile_fetch_connect_timeout: float = Field(default=3.0, gt=0)
+    profile_fetch_read_timeout: float = Field(default=5.0, gt=0)
+    profile_fetch_max_bytes: int = Field(default=256 * 1024, ge=128 * 1024, description="Body cap (UCP: >= 128 KiB).")
+    profile_cache_ttl_floor: float = Field(default=60.0, ge=60, description="Minimum cache TTL (s), UCP overview.")
+    profile_cache_ttl_max: float = Field(default=86400.0, ge=60, description="Longest Cache-Control honoured (s).")
+    profile_cache_size: int = Field(default=1024, ge=1, description="LRU capacity (profiles).")
+    profile_stale_if_error: float = Field(
+        default=300.0, ge=0, description="Seconds past expiry a cached profile still serves when a refresh fails."
+    )
+    profile_fetch_backoff_base: float = Field(default=1.0, gt=0)
+    profile_fetch_backoff_max: float = Field(default=60.0, gt=0)
+    dev_profile_hosts: list[str] = Field(
+        default_factory=list,
+        description="Loopback hosts whose profiles may be fetched over plain http (development only).",
+    )
+
     # --- UCP shopping (issue 6, ucp_gateway.commerce) -----------------------------------------
     checkout_ttl: int = Field(default=6 * 3600, ge=60, description="Seconds a checkout lives (UCP: 6 h).")
     commerce_idempotency_ttl: int = Field(default=86400, ge=86400, description="Seconds a key is kept.")
