@@ -52,6 +52,25 @@ class Settings(BaseSettings):
     vendor_prefix: str = Field(default="com.solidnumber", pattern=r"^[a-z][a-z0-9]*(\.[a-z][a-z0-9_]*)+$")
     vendor_base_url: str = "https://solidnumber.com/ucp"
 
+    # --- signatures and keys (ucp_gateway.httpsig, ucp_gateway.keys; issue 3) ---------------
+    kek_ring: SecretStr | None = Field(
+        default=None, description="KEK ring 'id:base64,id:base64' (32-byte AES keys); the last is current."
+    )
+    kek_file: Path | None = Field(default=None, description="Secret file holding the KEK ring (same format).")
+    kek_current: str | None = Field(default=None, description="KEK id for new encryptions (default: last).")
+    keys_dir: Path = Field(default=Path("keys"), description="Dev only: where a KEK ring is generated.")
+    keys_publish_min: int = Field(default=3600, ge=0, description="Seconds a pending key is published first.")
+    keys_rotating_grace: int = Field(default=7 * 86400, ge=0, description="Seconds a rotated key verifies.")
+    keys_scheduler_interval: float = Field(default=60.0, gt=0, description="Seconds between scheduler runs.")
+    httpsig_max_age: int = Field(default=300, ge=1, description="Max age of a signature's created (s).")
+    httpsig_future_skew: int = Field(default=30, ge=0, description="Tolerated future created (s).")
+    httpsig_tag: str | None = Field(default=None, description="If set, only signatures with this tag count.")
+    httpsig_allow_es384: bool = True
+    httpsig_exempt_prefixes: tuple[str, ...] = ("/.well-known/", "/admin/", "/healthz", "/readyz")
+    httpsig_sign_responses: bool = Field(default=False, description="Sign every response on company hosts.")
+    httpsig_profile_ttl: float = Field(default=300.0, ge=60, description="Platform profile cache TTL (s).")
+    httpsig_profile_refresh_floor: float = Field(default=60.0, ge=0, description="Min s between refetches.")
+
     # --- discovery: hosting, platform-profile fetcher, agent graph (ucp_gateway.discovery) -------
     profile_max_age: int = Field(default=300, ge=60, description="max-age (s) on /.well-known/ucp (UCP: >= 60).")
     profile_render_ttl: float = Field(
