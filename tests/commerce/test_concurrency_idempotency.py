@@ -8,7 +8,7 @@ import asyncpg
 
 from ucp_gateway.db import tenant_tx
 
-from .conftest import SHIP_US, headers, new_key, pay, payload, url
+from .conftest import SHIP_US, agent, headers, new_key, pay, payload, url
 
 
 async def test_replay_is_byte_identical_and_mismatch_is_409(client, database):
@@ -26,7 +26,7 @@ async def test_replay_is_byte_identical_and_mismatch_is_409(client, database):
     assert r3.status == 409 and (await r3.json())["code"] == "idempotency_key_reused"
     # another caller with the same key is a different scope
     r4 = await client.post(
-        url("/checkout-sessions"), json=payload(qty=2), headers=headers("https://b.example/p.json", key=key)
+        url("/checkout-sessions"), json=payload(qty=2), headers=headers(agent("b"), key=key)
     )
     assert r4.status == 201
 
@@ -114,7 +114,7 @@ async def test_fifty_buyers_last_ten_items_never_oversell(client, database, comp
         r = await client.post(
             url("/checkout-sessions"),
             json=payload("orchid_white", fulfillment=SHIP_US),
-            headers=headers(f"https://buyer{i}.example/p.json", key=new_key()),
+            headers=headers(agent(f"buyer{i}"), key=new_key()),
         )
         ids.append((i, (await r.json())["id"]))
     rs = await asyncio.gather(
@@ -122,7 +122,7 @@ async def test_fifty_buyers_last_ten_items_never_oversell(client, database, comp
             client.post(
                 url(f"/checkout-sessions/{cid}/complete"),
                 json=pay(),
-                headers=headers(f"https://buyer{i}.example/p.json", key=new_key()),
+                headers=headers(agent(f"buyer{i}"), key=new_key()),
             )
             for i, cid in ids
         ]

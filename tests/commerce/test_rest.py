@@ -5,7 +5,7 @@ from __future__ import annotations
 from ucp_sdk.models.schemas.shopping.checkout import Checkout
 from ucp_sdk.models.schemas.shopping.order import Order
 
-from .conftest import SHIP_US, headers, new_key, pay, payload, url
+from .conftest import SHIP_US, agent, headers, new_key, pay, payload, url
 
 
 async def _create(client, body=None, **kw):
@@ -191,7 +191,7 @@ async def test_orders_are_visible_only_to_their_platform(client):
         url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key())
     )
     oid = (await r.json())["order"]["id"]
-    r = await client.get(url(f"/orders/{oid}"), headers=headers("https://other.example/p.json"))
+    r = await client.get(url(f"/orders/{oid}"), headers=headers(agent("other")))
     assert (await r.json())["messages"][0]["code"] == "not_found"
 
 

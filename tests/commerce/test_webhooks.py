@@ -7,7 +7,6 @@ import json
 
 import aiohttp
 import pytest
-from aiohttp import web
 from pydantic import SecretStr
 from ucp_sdk.models.schemas.shopping.order import Order
 
@@ -15,70 +14,16 @@ from ucp_gateway.commerce.webhooks import WebhookWorker, backoff, profile_target
 from ucp_gateway.db import tenant_tx
 
 from .conftest import SHIP_US, make_app, new_key, pay, payload, url
+from .conftest import agent as conftest_agent
 from .conftest import headers as hdrs
 from .sigutil import sign_webhook, verify
 
 
-class Platform:
-    """A real platform on 127.0.0.1: serves its profile and receives order webhooks."""
-
-    def __init__(self):
-        self.received: list[tuple[dict, bytes]] = []
-        self.fail_next = 0
-        self.hang = asyncio.Event()
-        self.hanging = False
-        self.inflight = 0
-
-    async def start(self):
-        app = web.Application()
-        app.router.add_get("/profile.json", self.profile)
-        app.router.add_post("/webhooks", self.hook)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
-        self.base = f"http://127.0.0.1:{self.port}"
-        return self
-
-    async def profile(self, request):
-        return web.json_response(
-            {
-                "ucp": {
-                    "version": "2026-04-08",
-                    "capabilities": {
-                        "dev.ucp.shopping.order": [
-                            {"version": "2026-04-08", "config": {"webhook_url": self.base + "/webhooks"}}
-                        ]
-                    },
-                }
-            }
-        )
-
-    async def hook(self, request):
-        body = await request.read()
-        if self.hanging:
-            self.inflight += 1
-            await self.hang.wait()
-            return web.Response(status=499)  # the sender is gone; nothing counts as delivered
-        if self.fail_next:
-            self.fail_next -= 1
-            return web.Response(status=503)
-        self.received.append((dict(request.headers), body))
-        return web.json_response({"ucp": {"version": "2026-04-08", "status": "success"}})
-
-
 @pytest.fixture
-async def platform():
-    p = await Platform().start()
-    yield p
-    await p.runner.cleanup()
-
-
-@pytest.fixture
-async def shop(aiohttp_client, database, db_settings, company, clock):
-    settings = db_settings.model_copy(update={"simulation_secret": SecretStr("s3cret-sim")})
-    return await aiohttp_client(make_app(database, settings, clock))
+async def shop(aiohttp_client, database, db_settings, company, clock, platform):
+    return await aiohttp_client(
+        make_app(database, db_settings, clock, simulation_secret=SecretStr("s3cret-sim"))
+    )
 
 
 @pytest.fixture
@@ -103,7 +48,7 @@ async def worker_factory(database, db_settings, clock):
 
 
 async def _order(shop, platform) -> str:
-    agent = platform.base + "/profile.json"
+    agent = conftest_agent()
     r = await shop.post(
         url("/checkout-sessions"), json=payload(fulfillment=SHIP_US), headers=hdrs(agent, new_key())
     )
@@ -180,7 +125,7 @@ async def test_simulate_shipping_needs_secret_and_emits_update(shop, platform, w
     ids = {h["Webhook-Id"] for h, _ in platform.received}
     bodies = [json.loads(b) for _, b in platform.received]
     assert len(ids) == 2 and sorted(len(b["fulfillment"]["events"]) for b in bodies) == [0, 1]
-    r = await shop.get(url(f"/orders/{oid}"), headers=hdrs(platform.base + "/profile.json"))
+    r = await shop.get(url(f"/orders/{oid}"), headers=hdrs())
     assert (await r.json())["fulfillment"]["events"][0]["type"] == "shipped"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -26,11 +27,13 @@ from .service import UCP_VERSION, CommerceContext
 
 __all__ = [
     "CHECKOUT_CAPABILITIES",
+    "Negotiation",
     "RateLimited",
     "RateLimiter",
     "build_context",
     "caller_of",
     "company_of",
+    "negotiate",
     "payment_handlers",
 ]
 
@@ -40,7 +43,6 @@ CHECKOUT_CAPABILITIES = (
     "dev.ucp.shopping.discount",
     "dev.ucp.shopping.buyer_consent",
 )
-REQ_NEGOTIATED = "ucpgw.negotiated_capabilities"  # set by discovery when it negotiated
 
 
 class RateLimited(GatewayError):
@@ -100,10 +102,98 @@ async def company_of(request: web.Request) -> Company:
     return company
 
 
-def caller_of(request: web.Request) -> str:
-    """The buyer agent: the verified principal's profile URL, else the ``UCP-Agent`` profile.
+@dataclass(frozen=True)
+class Negotiation:
+    """What discovery negotiated for this request (None fields: not known)."""
 
-    Raises: BadRequest ``invalid_profile_url`` when neither is present (UCP overview N1).
+    profile_url: str
+    checkout_caps: dict[str, list[dict[str, str]]] | None
+    order_caps: dict[str, list[dict[str, str]]] | None
+    webhook_url: str | None
+
+
+_PROFILE_CACHE = web.AppKey("ucpgw.commerce_business_profiles", dict)
+_PROFILE_TTL = 5.0
+
+
+async def _business_profile(app: web.Application, company: Company, origin: str) -> dict[str, Any]:
+    from ..discovery.web import company_profile_document
+
+    cache = app[_PROFILE_CACHE] if _PROFILE_CACHE in app else None
+    key = (company.id, origin)
+    hit = cache.get(key) if cache is not None else None
+    if hit and hit[0] > time.monotonic():
+        return hit[1]
+    doc = await company_profile_document(app, company, origin)
+    if cache is not None:
+        cache[key] = (time.monotonic() + _PROFILE_TTL, doc)
+    return doc
+
+
+def _webhook_url(capabilities: Mapping[str, Sequence[Mapping[str, Any]]]) -> str | None:
+    for entry in capabilities.get("dev.ucp.shopping.order") or ():
+        url = ((entry or {}).get("config") or {}).get("webhook_url")
+        if isinstance(url, str) and url:
+            return url
+    return None
+
+
+async def negotiate(request: web.Request, company: Company, operation: str) -> Negotiation | None:
+    """Run discovery's negotiation (UCP overview "Negotiation") when the discovery package is set up.
+
+    Raises the discovery errors (400 invalid_profile_url, 403, 422, 424; 200 capabilities_incompatible).
+    In conformance mode an empty intersection is tolerated (the suite's profile declares only the
+    order capability); the response then lists what the gateway implements.
+    """
+    try:
+        from ..discovery.agent_header import parse_ucp_agent
+        from ..discovery.errors import CapabilitiesIncompatible
+        from ..discovery.service import negotiate_request
+        from ..discovery.web import PROFILE_FETCHER
+    except ImportError:
+        return None
+    app = request.app
+    if PROFILE_FETCHER not in app:
+        return None
+    settings: Settings = app[SETTINGS]
+    origin = f"{settings.public_scheme}://{request.host}"
+    hosts = frozenset(h.lower() for h in settings.dev_profile_hosts) if settings.dev_mode else frozenset()
+    header = request.headers.get("UCP-Agent")
+    try:
+        rn = await negotiate_request(
+            header=header,
+            fetcher=app[PROFILE_FETCHER],
+            pool=app[DATABASE].pool,
+            company=company,
+            business_profile=await _business_profile(app, company, origin),
+            operation=operation,
+            continue_url=origin + "/",
+            http_hosts=hosts,
+        )
+    except CapabilitiesIncompatible:
+        if not settings.conformance_mode:
+            raise
+        agent = parse_ucp_agent(header, http_hosts=hosts)
+        profile = await app[PROFILE_FETCHER].get_profile(agent.profile)
+        return Negotiation(agent.profile, None, None, _webhook_url(profile.capabilities))
+    order_caps = (
+        rn.negotiated.response_registry("order")
+        if "dev.ucp.shopping.order" in rn.negotiated.capabilities
+        else None
+    )
+    return Negotiation(
+        rn.agent.profile,
+        rn.negotiated.response_registry(operation),
+        order_caps,
+        _webhook_url(rn.profile.capabilities),
+    )
+
+
+def caller_of(request: web.Request, neg: Negotiation | None = None) -> str:
+    """The buyer agent: the verified principal's profile URL, else the negotiated or ``UCP-Agent``
+    profile URL.
+
+    Raises: BadRequest ``invalid_profile_url`` when none is present (UCP overview N1).
     """
     principal = request.get(REQ_PRINCIPAL)
     for attr in ("profile_url", "agent_profile", "profile"):
@@ -112,6 +202,8 @@ def caller_of(request: web.Request) -> str:
             val = principal.get(attr)
         if isinstance(val, str) and val:
             return val
+    if neg is not None:
+        return neg.profile_url
     header = request.headers.get("UCP-Agent")
     if header:
         try:
@@ -128,14 +220,15 @@ def _capabilities(
     names: Sequence[str], negotiated: Mapping[str, Any] | None
 ) -> dict[str, list[dict[str, str]]]:
     if negotiated:
-        return {n: list(v) for n, v in negotiated.items() if n in names}
+        return {n: list(v) for n, v in negotiated.items()}
     return {n: [{"version": UCP_VERSION}] for n in names}
 
 
-def build_context(request: web.Request, company: Company, caller: str) -> CommerceContext:
+def build_context(
+    request: web.Request, company: Company, caller: str, neg: Negotiation | None
+) -> CommerceContext:
     settings = request.app[SETTINGS]
     base_url = f"{settings.public_scheme}://{request.host}"
-    negotiated = request.get(REQ_NEGOTIATED)
     handlers = payment_handlers(settings)
     cs = (company.settings or {}).get("commerce") or {}
     shop = ShopInfo(
@@ -143,7 +236,7 @@ def build_context(request: web.Request, company: Company, caller: str) -> Commer
         ucp={
             "version": UCP_VERSION,
             "status": "success",
-            "capabilities": _capabilities(CHECKOUT_CAPABILITIES, negotiated),
+            "capabilities": _capabilities(CHECKOUT_CAPABILITIES, neg.checkout_caps if neg else None),
             "payment_handlers": handlers,
         },
         automatic_discounts=tuple(AutomaticDiscount(**a) for a in cs.get("automatic_discounts", [])),
@@ -159,11 +252,12 @@ def build_context(request: web.Request, company: Company, caller: str) -> Commer
         order_ucp={
             "version": UCP_VERSION,
             "status": "success",
-            "capabilities": _capabilities(("dev.ucp.shopping.order",), negotiated),
+            "capabilities": _capabilities(("dev.ucp.shopping.order",), neg.order_caps if neg else None),
         },
         handler_ids=frozenset(h["id"] for entries in handlers.values() for h in entries),
         currency=cs.get("currency", "USD"),
         ttl=timedelta(seconds=settings.checkout_ttl),
         max_order_amount=cs.get("buyer_max_order_amount", settings.buyer_max_order_amount),
         pickup_locations=pickup,
+        webhook_url=neg.webhook_url if neg else None,
     )

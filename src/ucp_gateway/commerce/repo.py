@@ -217,6 +217,7 @@ async def insert_outbox(
     event_type: str,
     caller: str,
     payload: dict[str, Any],
+    target_url: str | None = None,
     now: datetime,
 ) -> uuid.UUID:
     """Queue one order webhook in the caller's transaction (at-least-once delivery). Returns Webhook-Id."""
@@ -224,7 +225,7 @@ async def insert_outbox(
     body = json.dumps(payload, separators=(",", ":"), sort_keys=False).encode()
     await conn.execute(
         "INSERT INTO webhook_outbox (company_id, id, order_id, event_type, caller, payload, created_at,"
-        " next_attempt_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$7)",
+        " next_attempt_at, target_url) VALUES ($1,$2,$3,$4,$5,$6,$7,$7,$8)",
         company_id,
         event_id,
         order_id,
@@ -232,6 +233,7 @@ async def insert_outbox(
         caller,
         body,
         now,
+        target_url,
     )
     await conn.execute(
         "INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) VALUES ($1,$2,$3)",

@@ -62,6 +62,7 @@ class CommerceContext:
     ttl: timedelta = timedelta(hours=6)
     max_order_amount: int | None = None
     pickup_locations: tuple[PickupLocation, ...] = field(default=())
+    webhook_url: str | None = None  # the platform's order webhook_url, from negotiation
 
 
 def _not_found(ctx: CommerceContext, what: str) -> Outcome:
@@ -319,6 +320,7 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
         event_type="order.created",
         caller=row["caller"],
         payload=render_order(snapshot, [], [], ctx.order_ucp),
+        target_url=ctx.webhook_url,
         now=ctx.now,
     )
     return Outcome(200, body)
@@ -373,6 +375,10 @@ async def simulate_shipping(conn: asyncpg.Connection, ctx: CommerceContext, orde
         event_type="order.updated",
         caller=order["caller"],
         payload=body,
+        target_url=await conn.fetchval(
+            "SELECT target_url FROM webhook_outbox WHERE order_id = $1 AND target_url IS NOT NULL LIMIT 1",
+            order_id,
+        ),
         now=ctx.now,
     )
     return Outcome(200, body)

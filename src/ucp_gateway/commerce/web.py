@@ -5,12 +5,14 @@ Routes (under :data:`REST_PREFIX`, the rest ``endpoint`` path the company profil
     POST /checkout-sessions                   201 checkout | 200 error envelope
     GET  /checkout-sessions/{id}              200
     PUT  /checkout-sessions/{id}              200 (full replacement) | 409 when terminal
-    POST /checkout-sessions/{id}/complete     200 (Idempotency-Key required) | 409
+    POST /checkout-sessions/{id}/complete     200 (Idempotency-Key required; response signed) | 409
     POST /checkout-sessions/{id}/cancel       200 | 409
     GET  /orders/{id}                         200
     POST /testing/simulate-shipping/{id}      (server root; only with a simulation secret)
 
-Every POST/PUT with an ``Idempotency-Key`` runs through :mod:`.idempotency` in the same transaction.
+Per request: company (tenancy) -> negotiation (discovery: UCP-Agent, platform profile, capability
+intersection) -> caller (verified signature principal, else the negotiated profile URL) -> per-agent
+rate limit -> one tenant transaction (with the idempotency record for POST/PUT carrying a key).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
 from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
 from . import service
-from .context import RateLimited, RateLimiter, build_context, caller_of, company_of
+from .context import RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
 from .idempotency import JSON, Stored, fingerprint, run_idempotent, serialize
 from .service import CommerceContext, Outcome
 from .validation import parse_json
@@ -58,16 +60,19 @@ def _error(exc: GatewayError) -> web.Response:
     return resp
 
 
-async def _dispatch(request: web.Request, op: Op, *, require_key: bool = False) -> web.Response:
+async def _dispatch(
+    request: web.Request, op: Op, *, operation: str, require_key: bool = False
+) -> web.Response:
     try:
         company = await company_of(request)
-        caller = caller_of(request)
+        neg = await negotiate(request, company, operation)
+        caller = caller_of(request, neg)
         wait = request.app[COMMERCE_LIMITER].take((company.id, caller))
         if wait:
             raise RateLimited(
                 "too many requests from this agent", details={"retry_after": max(1, round(wait))}
             )
-        ctx = build_context(request, company, caller)
+        ctx = build_context(request, company, caller, neg)
         raw = request.get(REQ_RAW_BODY)
         if raw is None:
             raw = await request.read()
@@ -106,33 +111,51 @@ def _cid(request: web.Request) -> str:
 
 
 async def create_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(request, lambda conn, ctx, raw: service.create(conn, ctx, parse_json(raw)))
+    return await _dispatch(
+        request, lambda c, ctx, raw: service.create(c, ctx, parse_json(raw)), operation="checkout"
+    )
 
 
 async def get_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(request, lambda conn, ctx, raw: service.get(conn, ctx, _cid(request)))
+    return await _dispatch(
+        request, lambda c, ctx, raw: service.get(c, ctx, _cid(request)), operation="checkout"
+    )
 
 
 async def update_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(
-        request, lambda conn, ctx, raw: service.update(conn, ctx, _cid(request), parse_json(raw))
-    )
+    def op(c, ctx, raw):
+        return service.update(c, ctx, _cid(request), parse_json(raw))
+
+    return await _dispatch(request, op, operation="checkout")
 
 
 async def complete_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(
-        request,
-        lambda conn, ctx, raw: service.complete(conn, ctx, _cid(request), parse_json(raw)),
-        require_key=True,
-    )
+    def op(c, ctx, raw):
+        return service.complete(c, ctx, _cid(request), parse_json(raw))
+
+    _sign_response(request)
+    return await _dispatch(request, op, operation="checkout", require_key=True)
 
 
 async def cancel_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(request, lambda conn, ctx, raw: service.cancel(conn, ctx, _cid(request)))
+    return await _dispatch(
+        request, lambda c, ctx, raw: service.cancel(c, ctx, _cid(request)), operation="checkout"
+    )
 
 
 async def get_order(request: web.Request) -> web.Response:
-    return await _dispatch(request, lambda conn, ctx, raw: service.get_order(conn, ctx, _cid(request)))
+    return await _dispatch(
+        request, lambda c, ctx, raw: service.get_order(c, ctx, _cid(request)), operation="order"
+    )
+
+
+def _sign_response(request: web.Request) -> None:
+    """complete_checkout responses SHOULD be signed (UCP signatures.md): ask the signature layer."""
+    try:
+        from ..httpsig.web import mark_for_signing
+    except ImportError:  # signatures package not installed in this build
+        return
+    mark_for_signing(request)
 
 
 async def simulate_shipping(request: web.Request) -> web.Response:
@@ -143,7 +166,7 @@ async def simulate_shipping(request: web.Request) -> web.Response:
         return _error(Forbidden("Simulation-Secret missing or wrong"))
     try:
         company = await company_of(request)
-        ctx = build_context(request, company, caller="")
+        ctx = build_context(request, company, "", None)
         async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
             out = await service.simulate_shipping(conn, ctx, request.match_info["order_id"])
         return _response(Stored(out.status, JSON, serialize(out.body)))
