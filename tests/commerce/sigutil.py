@@ -82,3 +82,84 @@ def verify(method: str, url: str, headers, body: bytes) -> None:
     HTTPMessageVerifier(signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=_Keys()).verify(
         Msg(method, url, dict(headers), body), require_components=COMPONENTS, max_age=None, body=body
     )
+
+
+# --- a buyer agent's own key and a verifier for any published JWK --------------------------------
+def _b64u(n: int) -> str:
+    return base64.urlsafe_b64encode(n.to_bytes(32, "big")).rstrip(b"=").decode()
+
+
+def jwk_public_key(jwk: dict):
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    x = int.from_bytes(base64.urlsafe_b64decode(jwk["x"] + "=="), "big")
+    y = int.from_bytes(base64.urlsafe_b64decode(jwk["y"] + "=="), "big")
+    return ec.EllipticCurvePublicNumbers(x, y, ec.SECP256R1()).public_key()
+
+
+class _One(HTTPSignatureKeyResolver):
+    def __init__(self, priv=None, pub=None):
+        self.priv, self.pub = priv, pub
+
+    def resolve_private_key(self, key_id):
+        return self.priv
+
+    def resolve_public_key(self, key_id):
+        return self.pub
+
+
+class BuyerKey:
+    """An EC P-256 key of a test buyer agent; signs requests with http-message-signatures."""
+
+    def __init__(self, kid: str = "buyer-2026"):
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        self.kid = kid
+        self.priv = ec.generate_private_key(ec.SECP256R1())
+        n = self.priv.public_key().public_numbers()
+        self.jwk = {
+            "kty": "EC",
+            "crv": "P-256",
+            "x": _b64u(n.x),
+            "y": _b64u(n.y),
+            "kid": kid,
+            "use": "sig",
+            "alg": "ES256",
+        }
+
+    def sign(self, method: str, url: str, headers: dict, body: bytes = b"") -> dict:
+        """Headers + Content-Digest + Signature(-Input) covering the UCP request components."""
+        h = dict(headers)
+        comps = ["@method", "@authority", "@path"]
+        if body:
+            h["Content-Digest"] = digest(body)
+            comps.append("content-digest")
+        comps += [
+            n for n in ("content-type", "ucp-agent", "idempotency-key") if any(k.lower() == n for k in h)
+        ]
+        m = Msg(method, url, h, body)
+        HTTPMessageSigner(
+            signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=_One(self.priv)
+        ).sign(
+            m,
+            key_id=self.kid,
+            label="sig1",
+            include_alg=False,
+            covered_component_ids=comps,
+            body=body or None,
+            use_existing_digest=bool(body),
+        )
+        return dict(m.headers)
+
+
+class RespMsg:
+    def __init__(self, status, headers, body):
+        self.status_code, self.headers, self.body = status, CaseInsensitiveDict(headers), body
+
+
+def verify_with_jwk(message, jwk: dict, require: tuple[str, ...]) -> None:
+    """Verify ``message`` (Msg or RespMsg) against a published public JWK; raises on failure."""
+    assert message.headers["Content-Digest"] == digest(message.body)
+    HTTPMessageVerifier(
+        signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=_One(pub=jwk_public_key(jwk))
+    ).verify(message, require_components=require, max_age=None, body=message.body)
