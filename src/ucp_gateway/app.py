@@ -20,6 +20,7 @@ from .db.database import connect_database
 from .discovery.web import setup as discovery_setup
 from .middleware import HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
 from .tenancy import HostCache
+from .verbs.web import setup as verbs_setup
 
 __all__ = ["COMPONENTS", "create_app"]
 
@@ -28,6 +29,7 @@ __all__ = ["COMPONENTS", "create_app"]
 COMPONENTS: list[Callable[[web.Application], None]] = [
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, app[PROFILE_FETCHER]
     commerce_web.setup,  # UCP shopping REST binding, simulate-shipping, order-webhook worker
+    verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
 ]
 
 
