@@ -28,8 +28,8 @@ __all__ = ["COMPONENTS", "create_app"]
 # middlewares: later entries run closer to the handler.
 COMPONENTS: list[Callable[[web.Application], None]] = [
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, app[PROFILE_FETCHER]
-    commerce_web.setup,  # UCP shopping REST binding, simulate-shipping, order-webhook worker
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
+    commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker
 ]
 
 

@@ -71,9 +71,7 @@ async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings)
     profile = await r.json()
     shop_keys = {k["kid"]: k for k in profile.get("signing_keys", [])}
     assert shop_keys, profile
-    endpoint = next(
-        s["endpoint"] for s in profile["ucp"]["services"]["dev.ucp.shopping"] if s["transport"] == "rest"
-    )
+    endpoint = next(s["endpoint"] for s in profile["ucp"]["services"]["dev.ucp.shopping"] if s["transport"] == "rest")
     base = urlsplit(endpoint).path
 
     # unsigned requests are refused by the shop's signature policy

@@ -84,9 +84,7 @@ def payment_handlers(settings: Settings) -> dict[str, list[dict[str, Any]]]:
                 "spec": f"{base}/specification/mock_payment",
                 "schema": f"{base}/schemas/mock_payment.json",
                 "config": {"environment": "demo"},
-                "available_instruments": [
-                    {"type": "card", "constraints": {"brands": ["visa", "mastercard"]}}
-                ],
+                "available_instruments": [{"type": "card", "constraints": {"brands": ["visa", "mastercard"]}}],
             }
         ]
     }
@@ -177,9 +175,7 @@ async def negotiate(request: web.Request, company: Company, operation: str) -> N
         profile = await app[PROFILE_FETCHER].get_profile(agent.profile)
         return Negotiation(agent.profile, None, None, _webhook_url(profile.capabilities))
     order_caps = (
-        rn.negotiated.response_registry("order")
-        if "dev.ucp.shopping.order" in rn.negotiated.capabilities
-        else None
+        rn.negotiated.response_registry("order") if "dev.ucp.shopping.order" in rn.negotiated.capabilities else None
     )
     return Negotiation(
         rn.agent.profile,
@@ -216,17 +212,13 @@ def caller_of(request: web.Request, neg: Negotiation | None = None) -> str:
     raise BadRequest('UCP-Agent header with profile="<url>" is required', code="invalid_profile_url")
 
 
-def _capabilities(
-    names: Sequence[str], negotiated: Mapping[str, Any] | None
-) -> dict[str, list[dict[str, str]]]:
+def _capabilities(names: Sequence[str], negotiated: Mapping[str, Any] | None) -> dict[str, list[dict[str, str]]]:
     if negotiated:
         return {n: list(v) for n, v in negotiated.items()}
     return {n: [{"version": UCP_VERSION}] for n in names}
 
 
-def build_context(
-    request: web.Request, company: Company, caller: str, neg: Negotiation | None
-) -> CommerceContext:
+def build_context(request: web.Request, company: Company, caller: str, neg: Negotiation | None) -> CommerceContext:
     settings = request.app[SETTINGS]
     base_url = f"{settings.public_scheme}://{request.host}"
     handlers = payment_handlers(settings)
@@ -241,9 +233,7 @@ def build_context(
         },
         automatic_discounts=tuple(AutomaticDiscount(**a) for a in cs.get("automatic_discounts", [])),
     )
-    pickup = tuple(
-        PickupLocation(p["id"], p["name"], p.get("address", {})) for p in cs.get("pickup_locations", [])
-    )
+    pickup = tuple(PickupLocation(p["id"], p["name"], p.get("address", {})) for p in cs.get("pickup_locations", []))
     return CommerceContext(
         company_id=company.id,
         caller=caller,

@@ -132,8 +132,7 @@ async def reserve_inventory(conn: asyncpg.Connection, items: list[tuple[str, int
     short: list[str] = []
     for pid in sorted(merged):
         done = await conn.fetchval(
-            "UPDATE inventory SET quantity = quantity - $2 WHERE product_id = $1"
-            " AND quantity >= $2 RETURNING 1",
+            "UPDATE inventory SET quantity = quantity - $2 WHERE product_id = $1 AND quantity >= $2 RETURNING 1",
             pid,
             merged[pid],
         )
@@ -176,13 +175,10 @@ async def insert_order(conn: asyncpg.Connection, company_id: uuid.UUID, o: dict[
     )
 
 
-async def insert_event(
-    conn: asyncpg.Connection, company_id: uuid.UUID, order_id: str, ev: dict[str, Any]
-) -> None:
+async def insert_event(conn: asyncpg.Connection, company_id: uuid.UUID, order_id: str, ev: dict[str, Any]) -> None:
     detail = {k: v for k, v in ev.items() if k not in ("id", "type", "occurred_at")}
     await conn.execute(
-        "INSERT INTO order_events (company_id, order_id, id, type, occurred_at,"
-        " detail) VALUES ($1,$2,$3,$4,$5,$6)",
+        "INSERT INTO order_events (company_id, order_id, id, type, occurred_at, detail) VALUES ($1,$2,$3,$4,$5,$6)",
         company_id,
         order_id,
         ev["id"],

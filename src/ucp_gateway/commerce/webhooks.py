@@ -151,9 +151,7 @@ class WebhookWorker:
                 )
             else:
                 nxt = now + timedelta(
-                    seconds=backoff(
-                        attempts, self.settings.webhook_backoff_base, self.settings.webhook_backoff_max
-                    )
+                    seconds=backoff(attempts, self.settings.webhook_backoff_base, self.settings.webhook_backoff_max)
                 )
                 await conn.execute(
                     "UPDATE webhook_outbox SET attempts = $2, next_attempt_at = $3, target_url = $4,"
