@@ -145,7 +145,7 @@ async def negotiate(request: web.Request, company: Company, operation: str) -> N
     """
     try:
         from ..discovery.agent_header import parse_ucp_agent
-        from ..discovery.errors import CapabilitiesIncompatible
+        from ..discovery.errors import CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported
         from ..discovery.service import negotiate_request
         from ..discovery.web import PROFILE_FETCHER
     except ImportError:
@@ -168,12 +168,14 @@ async def negotiate(request: web.Request, company: Company, operation: str) -> N
             continue_url=origin + "/",
             http_hosts=hosts,
         )
-    except CapabilitiesIncompatible:
+    except (CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported):
         if not settings.conformance_mode:
             raise
+        # conformance mode only: the suite's agent profile is a 2026-01 document declaring just the
+        # order capability; serve with our own capability list, and let the webhook worker read the
+        # webhook_url from the raw profile at delivery time.
         agent = parse_ucp_agent(header, http_hosts=hosts)
-        profile = await app[PROFILE_FETCHER].get_profile(agent.profile)
-        return Negotiation(agent.profile, None, None, _webhook_url(profile.capabilities))
+        return Negotiation(agent.profile, None, None, None)
     order_caps = (
         rn.negotiated.response_registry("order") if "dev.ucp.shopping.order" in rn.negotiated.capabilities else None
     )

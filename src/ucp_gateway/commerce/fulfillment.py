@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .catalog import Catalog, Promotion, ShippingRate
-from .messages import error, info
+from .messages import error, info, warning
 
 __all__ = [
     "FulfillmentResult",
@@ -139,8 +139,10 @@ def build_fulfillment(
         mid = m.get("id") or f"method_{mi + 1}"
         m_lines = [x for x in (m.get("line_item_ids") or line_ids) if x in product_of] or line_ids
         for x in m.get("line_item_ids") or []:
-            if x not in product_of:
-                messages.append(error("invalid", f"Unknown line item id '{x}'.", path=f"{base}.line_item_ids"))
+            if x not in product_of:  # ignored (the method then covers the known ids, or every item)
+                messages.append(
+                    warning("invalid", f"Unknown line item id '{x}' ignored.", path=f"{base}.line_item_ids")
+                )
         covered.update(m_lines)
         out: dict[str, Any] = {"id": mid, "type": mtype, "line_item_ids": m_lines}
         dests = [dict(d) for d in (m.get("destinations") or [])]
