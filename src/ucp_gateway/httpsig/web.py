@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from uuid import UUID
@@ -43,6 +44,7 @@ __all__ = [
     "REQ_SIGNATURE",
     "REQ_SIGN_RESPONSE",
     "AgentPrincipal",
+    "decoded_body",
     "effective_mode",
     "mark_for_signing",
     "policy_from_settings",
@@ -54,8 +56,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-REQ_SIGNATURE = "ucpgw.signature"
-REQ_SIGN_RESPONSE = "ucpgw.sign_response"
+REQ_SIGNATURE = web.RequestKey("signature", object)  # VerifiedSignature | None
+REQ_SIGN_RESPONSE = web.RequestKey("sign_response", bool)
 #: The app's caller-key resolver (the discovery package sets its profile fetcher here).
 KEY_RESOLVER = web.AppKey("ucpgw.key_resolver", KeyResolver)  # type: ignore[type-abstract]
 REPLAY_STORE = web.AppKey("ucpgw.replay_store", PgReplayStore)
@@ -97,13 +99,9 @@ def policy_from_settings(s: Settings) -> SignaturePolicy:
 
 def request_view(request: web.BaseRequest, body: bytes, scheme: str) -> RequestView:
     """The RFC 9421 view of an aiohttp request: raw header lines, raw path, raw body."""
-    headers: CIMultiDict[str] = CIMultiDict(
-        (k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers
-    )
+    headers: CIMultiDict[str] = CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
     host = headers.get("Host") or request.host
-    return RequestView(
-        request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path
-    )
+    return RequestView(request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path)
 
 
 _DOT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
@@ -113,6 +111,30 @@ def _canonical_path(raw_path: str) -> bool:
     """False for dot segments, plain or encoded (``/a/../b``, ``/a/%2e%2e/b``): the signed path and
     the routed path could differ, so such requests are refused rather than normalised (pitfall 6)."""
     return _DOT.search(raw_path.split("?", 1)[0]) is None
+
+
+def decoded_body(request: web.Request, *, limit: int = 10 * 1024 * 1024) -> bytes:
+    """``request[REQ_RAW_BODY]`` with its Content-Encoding (gzip, deflate, identity) undone.
+
+    Request decompression is off app-wide so digests cover the bytes as sent (RFC 9530 §2);
+    handlers that parse the body call this after verification. Raises BadRequest for an unknown
+    encoding, a corrupt stream, or more than ``limit`` decoded bytes (decompression bombs).
+    """
+    raw = request[REQ_RAW_BODY]
+    enc = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if enc in ("", "identity"):
+        return raw
+    if enc not in ("gzip", "x-gzip", "deflate"):
+        raise BadRequest(f"unsupported Content-Encoding {enc!r}")
+    wbits = 16 + zlib.MAX_WBITS if enc != "deflate" else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(raw, limit + 1)
+    except zlib.error:
+        raise BadRequest("corrupt compressed body") from None
+    if len(out) > limit or d.unconsumed_tail:
+        raise BadRequest("decompressed body too large")
+    return out
 
 
 def mark_for_signing(request: web.Request) -> None:
