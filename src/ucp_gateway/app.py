@@ -38,18 +38,10 @@ def _keys_setup(app: web.Application) -> None:
     setup(app)
 
 
-def _publish_keys(app: web.Application) -> None:
-    from .discovery.web import KEYS_PROVIDER
-    from .keys import published_jwks
-
-    app[KEYS_PROVIDER] = published_jwks
-
-
 COMPONENTS: list[Callable[[web.Application], None]] = [
     _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug (issue 3)
     _httpsig_setup,  # RFC 9421 verification middleware + response signing (issue 3)
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, app[PROFILE_FETCHER]
-    _publish_keys,  # company profiles publish the keys package's JWKs (wiring of issues 3 + 4)
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
     commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker
 ]

@@ -83,9 +83,7 @@ class CapabilitiesIncompatible(GatewayError):
     def to_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "ucp": {"version": self.version, "status": "error"},
-            "messages": [
-                {"type": "error", "code": self.code, "content": self.message, "severity": "unrecoverable"}
-            ],
+            "messages": [{"type": "error", "code": self.code, "content": self.message, "severity": "unrecoverable"}],
         }
         if self.continue_url:
             body["continue_url"] = self.continue_url
