@@ -111,13 +111,9 @@ async def dispatch(request: web.Request) -> web.Response:
         return _envelope(404, "?", "company_not_found", "This host serves no company.")
     principal = request.get(REQ_PRINCIPAL)
     if not isinstance(principal, Principal) or principal.company_id != company.id:
-        principal = await app[VERBS].authenticator(
-            pool, company, request.headers.get("Authorization"), request
-        )
+        principal = await app[VERBS].authenticator(pool, company, request.headers.get("Authorization"), request)
     if principal is None:
-        resp = _envelope(
-            401, "?", "auth_required", "Authenticate with a staff token (Authorization: Bearer ...)."
-        )
+        resp = _envelope(401, "?", "auth_required", "Authenticate with a staff token (Authorization: Bearer ...).")
         resp.headers["WWW-Authenticate"] = "Bearer"
         return resp
     raw = request[REQ_RAW_BODY] if REQ_RAW_BODY in request else await request.read()
@@ -132,9 +128,7 @@ async def dispatch(request: web.Request) -> web.Response:
 
 async def _runtime(app: web.Application) -> AsyncIterator[None]:
     rt = app[VERBS]
-    rt.dispatcher = Dispatcher(
-        rt.registry, app[DATABASE].pool, app[SETTINGS], app[CLOCK] if CLOCK in app else None
-    )
+    rt.dispatcher = Dispatcher(rt.registry, app[DATABASE].pool, app[SETTINGS], app[CLOCK] if CLOCK in app else None)
     yield
     rt.dispatcher = None
 
