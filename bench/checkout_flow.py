@@ -87,7 +87,11 @@ class Buyer:
 
 def _profile(buyer: Buyer, base: str) -> dict:
     def cap(n, extends=None):
-        e = {"version": V, "spec": f"https://ucp.dev/{V}/specification/{n}", "schema": f"https://ucp.dev/{V}/schemas/shopping/{n}.json"}
+        e = {
+            "version": V,
+            "spec": f"https://ucp.dev/{V}/specification/{n}",
+            "schema": f"https://ucp.dev/{V}/schemas/shopping/{n}.json",
+        }
         if extends:
             e["extends"] = "dev.ucp.shopping.checkout"
         return e
@@ -96,7 +100,10 @@ def _profile(buyer: Buyer, base: str) -> dict:
     for n in ("fulfillment", "discount", "buyer_consent"):
         caps[f"dev.ucp.shopping.{n}"] = [cap(n, True)]
     caps["dev.ucp.shopping.order"] = [{**cap("order"), "config": {"webhook_url": base + "/webhooks"}}]
-    return {"ucp": {"version": V, "services": {}, "capabilities": caps, "payment_handlers": {}}, "signing_keys": [buyer.jwk]}
+    return {
+        "ucp": {"version": V, "services": {}, "capabilities": caps, "payment_handlers": {}},
+        "signing_keys": [buyer.jwk],
+    }
 
 
 async def _platform(buyers: list[Buyer], port: int) -> web.AppRunner:
@@ -104,8 +111,11 @@ async def _platform(buyers: list[Buyer], port: int) -> web.AppRunner:
     docs = {str(i): json.dumps(_profile(b, base)).encode() for i, b in enumerate(buyers)}
 
     async def profile(request):
-        return web.Response(body=docs[request.match_info["i"]], content_type="application/json",
-                            headers={"Cache-Control": "public, max-age=3600"})
+        return web.Response(
+            body=docs[request.match_info["i"]],
+            content_type="application/json",
+            headers={"Cache-Control": "public, max-age=3600"},
+        )
 
     async def hook(request):
         return web.json_response({"ucp": {"version": V, "status": "success"}})
@@ -133,13 +143,35 @@ async def _flow(s: aiohttp.ClientSession, b: Buyer, base: str, authority: str, s
 
     items = [{"item": {"id": "pot_ceramic"}, "quantity": 1}]
     co = await call("POST", "/ucp/v1/checkout-sessions", {"line_items": items}, str(uuid.uuid4()))
-    upd = {"line_items": items, "discounts": {"codes": ["10OFF"]}, "fulfillment": {"methods": [{
-        "type": "shipping", "destinations": [{"id": "d", "street_address": "1 Elm St", "address_country": "US",
-                                               "postal_code": "62704"}],
-        "selected_destination_id": "d", "groups": [{"selected_option_id": "std-ship"}]}]}}
+    upd = {
+        "line_items": items,
+        "discounts": {"codes": ["10OFF"]},
+        "fulfillment": {
+            "methods": [
+                {
+                    "type": "shipping",
+                    "destinations": [
+                        {"id": "d", "street_address": "1 Elm St", "address_country": "US", "postal_code": "62704"}
+                    ],
+                    "selected_destination_id": "d",
+                    "groups": [{"selected_option_id": "std-ship"}],
+                }
+            ]
+        },
+    }
     co = await call("PUT", f"/ucp/v1/checkout-sessions/{co['id']}", upd, str(uuid.uuid4()))
-    pay = {"payment": {"instruments": [{"id": "instr_1", "handler_id": "mock_payment_handler", "type": "card",
-                                        "credential": {"type": "token", "token": "success_token"}}]}}
+    pay = {
+        "payment": {
+            "instruments": [
+                {
+                    "id": "instr_1",
+                    "handler_id": "mock_payment_handler",
+                    "type": "card",
+                    "credential": {"type": "token", "token": "success_token"},
+                }
+            ]
+        }
+    }
     done = await call("POST", f"/ucp/v1/checkout-sessions/{co['id']}/complete", pay, str(uuid.uuid4()))
     return done.get("status") == "completed"
 
@@ -152,13 +184,14 @@ async def _load(port: int, buyers: list[Buyer], sign: bool, seconds: float, warm
     stop = time.perf_counter() + warmup + seconds
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as s:
+
         async def worker(b: Buyer):
             nonlocal flows, errors
             while time.perf_counter() < stop:
                 mine: list[float] = []
                 try:
                     ok = await _flow(s, b, base, authority, sign, mine)
-                except Exception as exc:  # noqa: BLE001 - counted and shown
+                except Exception as exc:
                     errors += 1
                     if errors < 4:
                         print("  error:", str(exc)[:300], file=sys.stderr)
@@ -183,20 +216,14 @@ async def _load(port: int, buyers: list[Buyer], sign: bool, seconds: float, warm
 
 def _child(mode: str, port: int) -> None:
     """Run the gateway in this process (``--child``)."""
+    import ucp_gateway.app as gateway_app
     from ucp_gateway.app import create_app
     from ucp_gateway.config import Settings
 
     settings = Settings()
+    if mode == "plain":  # no signature middleware (the production app always has it)
+        gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
     app = create_app(settings)
-    if mode == "signed":
-        from ucp_gateway.discovery.web import KEYS_PROVIDER
-        from ucp_gateway.httpsig.web import setup as httpsig_setup
-        from ucp_gateway.keys import published_jwks
-        from ucp_gateway.keys.web import setup as keys_setup
-
-        httpsig_setup(app)
-        keys_setup(app)
-        app[KEYS_PROVIDER] = published_jwks
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
@@ -252,10 +279,19 @@ async def main() -> None:
     server, dsn = await start_embedded(tmp / "pg")
     ring = "k1:" + base64.b64encode(os.urandom(32)).decode()
     env = {k: v for k, v in os.environ.items() if not k.startswith("UCPGW_") and k != "DATABASE_URL"}
-    env.update(UCPGW_DATABASE_URL=dsn, UCPGW_ENVIRONMENT="development", UCPGW_PUBLIC_SCHEME="http",
-               UCPGW_KEK_RING=ring, UCPGW_DEV_PROFILE_HOSTS='["127.0.0.1"]', UCPGW_WEBHOOK_WORKER="false",
-               UCPGW_LOG_LEVEL="error", UCPGW_BUYER_RATE_LIMIT="100000", UCPGW_DB_POOL_MAX="20",
-               UCPGW_KEYS_DIR=str(tmp / "keys"), UCPGW_DATA_DIR=str(tmp / "data"))
+    env.update(
+        UCPGW_DATABASE_URL=dsn,
+        UCPGW_ENVIRONMENT="development",
+        UCPGW_PUBLIC_SCHEME="http",
+        UCPGW_KEK_RING=ring,
+        UCPGW_DEV_PROFILE_HOSTS='["127.0.0.1"]',
+        UCPGW_WEBHOOK_WORKER="false",
+        UCPGW_LOG_LEVEL="error",
+        UCPGW_BUYER_RATE_LIMIT="100000",
+        UCPGW_DB_POOL_MAX="20",
+        UCPGW_KEYS_DIR=str(tmp / "keys"),
+        UCPGW_DATA_DIR=str(tmp / "data"),
+    )
     try:
         await _prepare(dsn, ring, env)
         pport = _free_port()
@@ -276,9 +312,13 @@ async def main() -> None:
     print(f"checkout flows (create -> update -> complete), {args.buyers} concurrent buyer agents, {args.seconds:.0f} s")
     for mode, label in (("signed", "signed + audited"), ("plain", "no signatures, no audit")):
         r = results[mode]
-        print(f"  {label:26s} {r['flows_s']:7.1f} flows/s   p50 {r['p50_ms']:6.1f} ms   p99 {r['p99_ms']:6.1f} ms"
-              f"   ({r['requests']} requests, {r['errors']} errors)")
-    cost = 1 - results["signed"]["flows_s"] / results["plain"]["flows_s"] if results["plain"]["flows_s"] else float("nan")
+        print(
+            f"  {label:26s} {r['flows_s']:7.1f} flows/s   p50 {r['p50_ms']:6.1f} ms   p99 {r['p99_ms']:6.1f} ms"
+            f"   ({r['requests']} requests, {r['errors']} errors)"
+        )
+    cost = (
+        1 - results["signed"]["flows_s"] / results["plain"]["flows_s"] if results["plain"]["flows_s"] else float("nan")
+    )
     print(f"  cost of signatures + audit: {100 * cost:.1f} % of throughput")
 
 

@@ -8,7 +8,7 @@ import asyncpg
 
 from ucp_gateway.db import tenant_tx
 
-from .conftest import SHIP_US, agent, headers, make_app, new_key, pay, payload, url
+from .conftest import SHIP_US, agent, headers, make_app, new_key, pay, payload, started, url
 
 
 async def test_replay_is_byte_identical_and_mismatch_is_409(client, database):
@@ -31,7 +31,8 @@ async def test_replayed_complete_is_byte_identical_and_charges_once(client, data
     key = new_key()
     a = await client.post(url(f"/checkout-sessions/{cid}/complete"), json=pay(), headers=headers(key=key))
     b = await client.post(url(f"/checkout-sessions/{cid}/complete"), json=pay(), headers=headers(key=key))
-    assert a.status == b.status == 200 and await a.read() == await b.read()
+    assert a.status == b.status == 200, await a.text()
+    assert await a.read() == await b.read()
     async with tenant_tx(database.pool, company.id) as conn:
         assert await conn.fetchval("SELECT count(*) FROM payments WHERE checkout_id = $1", cid) == 1
         assert await conn.fetchval("SELECT count(*) FROM orders WHERE checkout_id = $1", cid) == 1
@@ -144,7 +145,7 @@ async def test_every_call_is_an_audited_buyer_verb(client, database, company):
 
 async def test_direct_path_idempotency(aiohttp_client, database, db_settings, company, platform):
     """commerce_via_verbs=false (benchmark baseline): the module's own UCP idempotency record."""
-    c = await aiohttp_client(make_app(database, db_settings, commerce_via_verbs=False))
+    c = await started(aiohttp_client, make_app(database, db_settings, commerce_via_verbs=False), database, company)
     key = new_key()
     rs = await asyncio.gather(
         *[c.post(url("/checkout-sessions"), json=payload(), headers=headers(key=key)) for _ in range(4)]

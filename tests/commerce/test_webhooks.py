@@ -13,7 +13,7 @@ from ucp_sdk.models.schemas.shopping.order import Order
 from ucp_gateway.commerce.webhooks import WebhookWorker, backoff, profile_target_resolver
 from ucp_gateway.db import tenant_tx
 
-from .conftest import SHIP_US, make_app, new_key, pay, payload, url
+from .conftest import SHIP_US, make_app, new_key, pay, payload, started, url
 from .conftest import agent as conftest_agent
 from .conftest import headers as hdrs
 from .sigutil import sign_webhook, verify
@@ -21,7 +21,8 @@ from .sigutil import sign_webhook, verify
 
 @pytest.fixture
 async def shop(aiohttp_client, database, db_settings, company, clock, platform):
-    return await aiohttp_client(make_app(database, db_settings, clock, simulation_secret=SecretStr("s3cret-sim")))
+    app = make_app(database, db_settings, clock, simulation_secret=SecretStr("s3cret-sim"))
+    return await started(aiohttp_client, app, database, company)
 
 
 @pytest.fixture

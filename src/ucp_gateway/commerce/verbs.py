@@ -75,8 +75,11 @@ def _handler(name: str, op: Op, read: bool):
         cctx = CURRENT.get()
         args = dict(ctx.args)
         try:
-            async with ctx.conn.transaction():  # savepoint: a refused operation leaves nothing behind
+            if read:  # READ verbs run in the runtime's group transaction: no savepoints there
                 out = await op(ctx.conn, cctx, args)
+            else:
+                async with ctx.conn.transaction():  # savepoint: a refused operation leaves nothing behind
+                    out = await op(ctx.conn, cctx, args)
         except GatewayError as exc:
             if exc.http_status >= 500:
                 raise
