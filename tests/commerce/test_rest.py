@@ -193,3 +193,15 @@ async def test_expiry_cancels(frozen_client, clock):
     assert body["status"] == "canceled" and "continue_url" not in body
     r = await frozen_client.put(url(f"/checkout-sessions/{co['id']}"), json=payload(), headers=headers())
     assert r.status == 409
+
+
+async def test_gzip_body_is_decoded_after_verification(client):
+    import gzip
+    import json as _json
+
+    raw = gzip.compress(_json.dumps(payload(fulfillment=SHIP_US)).encode())
+    h = headers(key=new_key())
+    h["Content-Encoding"] = "gzip"
+    r = await client.post(url("/checkout-sessions"), data=raw, headers=h)
+    assert r.status == 201, await r.text()
+    assert (await r.json())["line_items"][0]["item"]["id"] == "bouquet_roses"

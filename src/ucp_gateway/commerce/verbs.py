@@ -99,6 +99,7 @@ def provide(registry: Registry, *, daily_completes: int | None = None) -> None:
             "method": {"type": "string"},
             "path": {"type": "string"},
             "body_text": {"type": "string", "maxLength": 1_048_576},
+            "raw_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         }
         required = []
         if name != "checkout.create":

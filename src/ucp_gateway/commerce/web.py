@@ -17,6 +17,7 @@ rate limit -> one tenant transaction (with the idempotency record for POST/PUT c
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from datetime import timedelta
 
@@ -84,10 +85,17 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
         if key is not None and not (1 <= len(key) <= 128 and key.isprintable()):
             raise BadRequest("Idempotency-Key must be 1-128 printable characters")
         try:
-            text = raw.decode("utf-8")
+            text = _decoded(request, raw).decode("utf-8")
         except UnicodeDecodeError:
             raise BadRequest("body is not UTF-8 JSON") from None
-        args = {"method": request.method, "path": request.path, "body_text": text}
+        # the verb digest covers method, path, the decoded body and the raw bytes' hash (UCP:
+        # fingerprint over the raw body); the caller is the principal's idempotency scope
+        args = {
+            "method": request.method,
+            "path": request.path,
+            "body_text": text,
+            "raw_sha256": hashlib.sha256(raw).hexdigest(),
+        }
         if "id" in request.match_info:
             args["id"] = request.match_info["id"]
         runtime = app.get(VERBS_KEY) if VERBS_KEY is not None else None
@@ -163,6 +171,16 @@ async def cancel_checkout(request: web.Request) -> web.Response:
 
 async def get_order(request: web.Request) -> web.Response:
     return await _dispatch(request, "orders.get", operation="order")
+
+
+def _decoded(request: web.Request, raw: bytes) -> bytes:
+    """The body with its Content-Encoding undone (request decompression is off app-wide so that
+    Content-Digest covers the bytes as sent); the signatures package does the decoding."""
+    if request.headers.get("Content-Encoding", "identity").strip().lower() in ("", "identity"):
+        return raw
+    from ..httpsig.web import decoded_body
+
+    return decoded_body(request)
 
 
 def _sign_response(request: web.Request) -> None:
