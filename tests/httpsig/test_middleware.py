@@ -199,13 +199,30 @@ async def test_accept_signature_is_honoured(env, database):
     raw_verify(pub, base, base64.b64decode(r.headers["Signature"].split(":")[1]))
 
 
-async def test_no_active_key_fails_closed_when_signing_needed(env):
-    r = await post(
-        env,
-        path="/checkout-sessions/chk_1/complete",
-        headers=signed(env, path="/checkout-sessions/chk_1/complete"),
+async def test_first_signature_bootstraps_the_company_key(env, database):
+    path = "/checkout-sessions/chk_1/complete"
+    r = await post(env, path=path, headers=signed(env, path=path))
+    assert r.status == 200 and "Signature" in r.headers
+    (pub,) = await published_jwks(database.pool, env.company.id)
+    assert r.headers["Signature-Input"].endswith(f'keyid="{pub["kid"]}"')
+
+
+async def test_without_kek_ring_signing_fails_closed(db_settings, database, aiohttp_client):
+    from ucp_gateway.clock import FrozenClock
+    from ucp_gateway.tenancy import create_company
+
+    from .conftest import make_app
+
+    settings = db_settings.model_copy(update={"environment": "production", "kek_ring": None, "kek_file": None})
+    await create_company(
+        database.pool, slug="opt", display_name="Opt", hostnames=["opt.example"], signature_policy="optional"
     )
-    assert r.status == 409 and (await r.json())["code"] == "no_active_key"
+    client = await aiohttp_client(make_app(settings, database, FrozenClock()))
+    r = await client.post("/checkout-sessions/c/complete", headers={"Host": "opt.example"}, data=b"")
+    assert r.status == 500 and (await r.json())["code"] == "config_invalid"
+    assert "Signature" not in r.headers
+    r = await client.post("/checkout-sessions", headers={"Host": "opt.example"}, data=b"")
+    assert r.status == 200  # verification side keeps working
 
 
 async def test_webhook_signature_verifies_independently(env, database):

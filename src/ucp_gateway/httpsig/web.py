@@ -160,7 +160,7 @@ async def sign_response(
     body = response.body
     if not isinstance(body, (bytes, bytearray)):
         body = b"" if body is None else bytes(body._value)  # type: ignore[union-attr]
-    key = await active_signing_key(pool, company_id)
+    key = await active_signing_key(pool, company_id, now=now)
     raw = request.get(REQ_RAW_BODY, b"")
     req_view = request_view(request, raw, scheme)
     headers: CIMultiDict[str] = CIMultiDict(response.headers)

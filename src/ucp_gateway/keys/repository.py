@@ -16,10 +16,11 @@ import asyncpg
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ..db import tenant_tx
-from ..errors import ConfigError, Conflict, NotFound
-from .envelope import KekRing, decrypt_private_jwk, encrypt_private_jwk, rewrap
+from ..errors import Conflict, NotFound
+from .envelope import KekRing, encrypt_private_jwk, rewrap
 from .lifecycle import PUBLISHED, KeyEvent, KeyState, KeyTiming, due_events, step
-from .rfc7638 import generate_p256, private_key_from_jwk, public_jwk
+from .rfc7638 import generate_p256, public_jwk
+from .vault import Vault, attach_vault, get_vault, vault_of
 
 __all__ = [
     "CompanyKey",
@@ -34,6 +35,7 @@ __all__ = [
     "compromise_key",
     "ensure_active_key",
     "get_vault",
+    "has_active_key",
     "list_key_events",
     "list_keys",
     "published_jwks",
@@ -87,56 +89,6 @@ class SigningKey:
         return f"SigningKey(company_id={self.company_id}, kid={self.kid!r})"
 
 
-class Vault:
-    """The KEK ring plus a cache of decrypted private keys by ``(company_id, kid)``.
-
-    Which key is active is read from the database on every call (so a compromise takes effect
-    at once); only the decrypted material is cached.
-    """
-
-    def __init__(self, ring: KekRing):
-        self.ring = ring
-        self._cache: dict[tuple[UUID, str], ec.EllipticCurvePrivateKey] = {}
-
-    def private_key(self, company_id: UUID, kid: str, blob: dict[str, Any]) -> ec.EllipticCurvePrivateKey:
-        key = self._cache.get((company_id, kid))
-        if key is None:
-            key = private_key_from_jwk(decrypt_private_jwk(self.ring, company_id, kid, blob))
-            self._cache[(company_id, kid)] = key
-        return key
-
-    def forget(self, company_id: UUID, kid: str) -> None:
-        self._cache.pop((company_id, kid), None)
-
-
-# asyncpg pools take no weak references: key by id() and keep the pool to rule out id reuse;
-# closed pools are dropped on the next attach.
-_VAULTS: dict[int, tuple[Any, Vault]] = {}
-
-
-def attach_vault(pool: asyncpg.Pool, vault: Vault) -> None:
-    """Bind a vault to a pool so ``active_signing_key(pool, company_id)`` can decrypt.
-
-    Done by ``keys.web.setup`` at startup and by the CLI; lives and dies with the pool.
-    """
-    for k, (p, _v) in list(_VAULTS.items()):
-        if p.is_closing():
-            del _VAULTS[k]
-    _VAULTS[id(pool)] = (pool, vault)
-
-
-def _vault_of(pool: Any) -> Vault | None:
-    entry = _VAULTS.get(id(pool))
-    return entry[1] if entry is not None and entry[0] is pool else None
-
-
-def get_vault(pool: asyncpg.Pool) -> Vault:
-    v = _vault_of(pool)
-    if v is None:
-        raise ConfigError("no KEK ring attached to this database pool (keys.setup not run)")
-    return v
-
-
 _COLS = "company_id, kid, state, public_jwk, kek_id, created_at, state_changed_at"
 
 
@@ -182,16 +134,31 @@ async def published_jwks(pool: asyncpg.Pool, company_id: UUID) -> list[dict[str,
     return [dict(r["public_jwk"]) for r in rows]
 
 
-async def active_signing_key(pool: asyncpg.Pool, company_id: UUID, *, vault: Vault | None = None) -> SigningKey:
-    """The company's active key with its decrypted private key. Raises NoActiveKey (409) or
-    KeyDecryptError (500, fail closed). ``vault`` defaults to the one attached to ``pool``."""
+async def active_signing_key(
+    pool: asyncpg.Pool,
+    company_id: UUID,
+    *,
+    vault: Vault | None = None,
+    create_if_missing: bool = True,
+    now: dt.datetime | None = None,
+) -> SigningKey:
+    """The company's active key with its decrypted private key.
+
+    A company that never had a key gets its first one here (``create_if_missing``; nobody can
+    have cached an older key, so it may sign at once). ``vault`` defaults to the one attached to
+    ``pool``. Raises NoActiveKey (409), KeyDecryptError (500, fail closed) or ConfigError (no KEK).
+    """
     v = vault or get_vault(pool)
-    async with tenant_tx(pool, company_id) as conn:
+    cid = UUID(str(company_id))
+    async with tenant_tx(pool, cid) as conn:
         r = await conn.fetchrow("SELECT kid, public_jwk, private_enc FROM company_keys WHERE state = 'active'")
+    if r is None and create_if_missing:
+        await ensure_active_key(pool, cid, now=now or dt.datetime.now(dt.UTC), vault=v)
+        return await active_signing_key(pool, cid, vault=v, create_if_missing=False)
     if r is None:
         raise NoActiveKey("company has no active signing key")
-    key = v.private_key(UUID(str(company_id)), r["kid"], dict(r["private_enc"]))
-    return SigningKey(UUID(str(company_id)), r["kid"], key, dict(r["public_jwk"]))
+    key = v.private_key(cid, r["kid"], dict(r["private_enc"]))
+    return SigningKey(cid, r["kid"], key, dict(r["public_jwk"]))
 
 
 async def _event(conn, company_id, kid, from_state, to_state, event, actor, reason, now) -> None:
@@ -276,7 +243,7 @@ async def apply_event(
 
 
 def _forget(pool, company_id, kid) -> None:
-    v = _vault_of(pool)
+    v = vault_of(pool)
     if v is not None:
         v.forget(UUID(str(company_id)), kid)
 
@@ -305,6 +272,11 @@ async def rotate(
         kid = await _insert_new(conn, ring, company_id, state, actor, reason, now)
         r = await conn.fetchrow(f"SELECT {_COLS} FROM company_keys WHERE kid = $1", kid)
     return _row(r)
+
+
+async def has_active_key(pool: asyncpg.Pool, company_id: UUID) -> bool:
+    async with tenant_tx(pool, company_id) as conn:
+        return bool(await conn.fetchval("SELECT 1 FROM company_keys WHERE state = 'active'"))
 
 
 async def ensure_active_key(
