@@ -247,3 +247,10 @@ async def test_render_is_single_flight_and_refreshes_after_ttl(aiohttp_client, d
     assert [k["kid"] for k in (await fresh.json())["signing_keys"]] == ["new"]
     assert calls == 2
     assert fresh.headers["ETag"] != resps[0].headers["ETag"]
+
+
+async def test_odd_host_headers_are_refused(client) -> None:
+    for host in ("evil.example/path", "a b", "x" * 300, "[::1", "shop.test:99999999"):
+        resp = await client.get("/.well-known/ucp", headers={"Host": host})
+        assert resp.status == 400, host
+    assert (await client.get("/.well-known/ucp", headers={"Host": "[::1]:8080"})).status == 200

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -47,6 +48,7 @@ from .builder import (
 )
 from .caching import etag_matches, make_etag
 from .fetcher import ProfileFetcher
+from .trust import TRUST_CACHE, TrustCache, trust_middleware
 from .vendor_docs import schema_document, spec_document
 
 __all__ = [
@@ -184,14 +186,27 @@ async def _render(app: web.Application, request: web.Request) -> tuple[bytes, st
     return await app[_RENDERED].get(host.lower(), render)
 
 
+# Host as it may appear in our documents: reg-name or IPv4, or a bracketed IPv6, with an optional port.
+_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$")
+
+
+def _bad_host() -> web.Response:
+    return web.json_response({"code": "invalid_request", "content": "invalid Host header"}, status=400)
+
+
 async def well_known_ucp(request: web.Request) -> web.Response:
-    """``GET /.well-known/ucp``: company profile on a company host, platform node otherwise."""
+    """``GET /.well-known/ucp``: company profile on a company host, platform node otherwise.
+    A Host that is not a plain host[:port] is refused (400): it would be echoed into URLs."""
+    if not _HOST.match(request.host):
+        return _bad_host()
     body, etag = await _render(request.app, request)
     return _hosted(request, body, etag, JSON, request.app[SETTINGS].profile_max_age)
 
 
 async def agent_graph(request: web.Request) -> web.Response:
     """``GET /ucp/agent-graph?cursor=...``: one page of the platform's companies."""
+    if not _HOST.match(request.host):
+        return _bad_host()
     cursor = request.query.get("cursor")
     try:
         after = decode_cursor(cursor) if cursor else None
@@ -250,4 +265,6 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/ucp/agent-graph", agent_graph)
     app.router.add_get(base + "/specification/{name}", _document_handler("spec"))
     app.router.add_get(base + "/schemas/{name}.json", _document_handler("schema"))
+    app[TRUST_CACHE] = TrustCache(settings.partner_cache_ttl)
+    app.middlewares.append(trust_middleware)  # list this component before httpsig in COMPONENTS
     app.on_cleanup.append(_close_fetcher)
