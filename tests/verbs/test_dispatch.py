@@ -290,3 +290,30 @@ async def test_rls_isolation_between_companies(shop, dispatcher, database):
     assert (await run(dispatcher, staff(other), "customer.context", {"customer_id": "cust_1"}))["error"][
         "reason"
     ] == "not_found"
+
+
+async def test_default_caps_and_company_override(shop, dispatcher):
+    from dataclasses import replace
+
+    assert [dispatcher.cap_limit(shop, c) for c in ("WRITE_REVERSIBLE", "WRITE_FINANCIAL", "IRREVERSIBLE")] == [
+        100,
+        25,
+        10,
+    ]
+    assert dispatcher.cap_limit(shop, None) is None
+    custom = replace(shop, settings={"verbs": {"daily_caps": {"IRREVERSIBLE": 0, "WRITE_REVERSIBLE": None}}})
+    assert (
+        dispatcher.cap_limit(custom, "IRREVERSIBLE") == 0 and dispatcher.cap_limit(custom, "WRITE_REVERSIBLE") is None
+    )
+
+
+async def test_irreversible_class_disabled_by_company(shop, database, dispatcher):
+    async with tenant_tx(database.pool, shop.id) as c:
+        await c.execute("UPDATE companies SET settings = $1::jsonb", {"verbs": {"daily_caps": {"IRREVERSIBLE": 0}}})
+    env = await run(dispatcher, staff(shop, "owner"), "gdpr_delete_contact", {"contact_id": 1})
+    assert env["error"]["reason"] == "daily_cap_exceeded"
+
+
+async def test_non_json_numbers_are_invalid_arguments(shop, dispatcher):
+    env = await run(dispatcher, staff(shop), "customer.context", {"customer_id": "cust_1", "x": float("nan")})
+    assert env["error"]["reason"] == "invalid_arguments" and env["audit_id"]

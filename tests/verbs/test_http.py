@@ -120,3 +120,23 @@ async def test_idempotency_key_header_and_phrase_flow(client, database, shop):
         )
     ).json()
     assert ok["ok"] and ok["result"]["refund_id"] == "rf_ord_4_1"
+
+
+def test_request_principal_mapping(shop):
+    from types import SimpleNamespace
+
+    from ucp_gateway.verbs.web import request_principal
+
+    signed = SimpleNamespace(company_id=shop.id, role="buyer", verified=True, profile_url="https://p.example/agent")
+    p = request_principal(signed, shop)
+    assert (p.kind, p.role, p.subject) == ("buyer", "buyer", "https://p.example/agent")
+    partner = SimpleNamespace(company_id=shop.id, role="employee", verified=True, profile_url=None, kid="k1")
+    assert request_principal(partner, shop).kind == "agent"
+    assert request_principal(SimpleNamespace(company_id=shop.id, role="owner", verified=False), shop) is None
+    assert request_principal(SimpleNamespace(company_id="other", role="owner", verified=True), shop) is None
+
+
+async def test_nan_body_is_malformed(client, database, shop):
+    h = await token(database, shop, "owner")
+    r = await client.post("/api/v1/agent/dispatch", data=b'{"verb": "customer.context", "args": {"x": NaN}}', headers=h)
+    assert r.status == 400

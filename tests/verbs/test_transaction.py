@@ -104,3 +104,21 @@ async def test_macro_run_and_revert(shop, dispatcher, database):
     assert await q(database, shop, "SELECT status FROM crm_contacts WHERE id = 1") == "active"
     missing = await run(dispatcher, p, "macro.run", {"macro_id": "nope"}, confirm=True)
     assert missing["error"]["reason"] == "not_found"
+
+
+async def test_step_classes_refused(shop, dispatcher):
+    p = staff(shop, "owner")
+    irreversible = steps(("gdpr_delete_contact", {"contact_id": 1}))
+    env = await run(dispatcher, p, "transaction", irreversible, confirm=True)
+    assert env["error"]["reason"] == "step_class_not_allowed" and env["error"]["path"] == "$.steps[0].verb"
+    nested = steps(("transaction", {"steps": []}))
+    assert (await run(dispatcher, p, "transaction", nested, confirm=True))["error"]["reason"] in (
+        "step_class_not_allowed",
+        "invalid_arguments",
+    )
+
+
+async def test_step_arguments_checked_before_the_phrase(shop, dispatcher):
+    tx = steps(("payments.refund", {"order_id": "ord_1", "currency": "USD"}))  # amount missing
+    env = await run(dispatcher, staff(shop, "admin"), "transaction", tx)
+    assert env["error"]["reason"] == "invalid_arguments" and env["error"]["path"] == "$.steps[0].args"

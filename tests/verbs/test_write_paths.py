@@ -15,8 +15,12 @@ CASES = [
     ("discount_create", {"code": "TEST10", "type": "percentage", "value": 10}, "employee", True),
     ("payments.refund", {"order_id": "ord_2", "amount": 500, "currency": "USD"}, "admin", False),
     ("gdpr_delete_contact", {"contact_id": 3}, "owner", False),
-    ("transaction", {"steps": [{"verb": "inventory_adjust", "args": {"product_id": "orchid_white", "delta": 1}}]},
-     "employee", True),
+    (
+        "transaction",
+        {"steps": [{"verb": "inventory_adjust", "args": {"product_id": "orchid_white", "delta": 1}}]},
+        "employee",
+        True,
+    ),
     ("macro.run", {"macro_id": "vip_followup"}, "employee", True),
 ]
 

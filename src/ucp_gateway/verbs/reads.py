@@ -1,9 +1,10 @@
 """READ dispatches in group transactions: the verbs' own group commit.
 
 Every READ dispatch still runs its handler in its company's tenant context and gets its own audit
-row before it answers, but concurrent READ dispatches of one company share one transaction: the
-first caller drains the queue, runs each handler in turn on one connection, appends each audit row,
-and commits once (asynchronously: see :func:`tenant_conn`). A database error aborts the shared
+row before it answers, but concurrent READ dispatches of one company share transactions: up to
+``parallel`` drainers (2 by default) take batches off the company's queue; each runs its batch's
+handlers in turn on one connection, appends all their audit rows in one call and commits once
+(asynchronously: see :func:`tenant_conn`). A database error aborts the shared
 transaction; the batch is then re-run one dispatch per transaction so one bad call cannot fail
 the others. This is what lets the per-company hash chain sustain >= 1,000 audited reads/s.
 """
@@ -79,17 +80,19 @@ RunOne = Callable[[asyncpg.Connection, ReadJob], Awaitable[tuple[dict[str, Any],
 
 
 class ReadBatcher:
-    """Per-company queues of READ jobs, each drained by its first caller.
+    """Per-company queues of READ jobs, drained by at most ``parallel`` tasks at a time.
 
     Args:
         pool: the application pool. run_in: ``async (conn, job) -> envelope`` running one job
         inside an open tenant transaction (raises asyncpg errors only).
     """
 
-    def __init__(self, pool: asyncpg.Pool, run_in: RunOne):
+    def __init__(self, pool: asyncpg.Pool, run_in: RunOne, *, parallel: int | None = None):
         self.pool, self.run_in = pool, run_in
+        # group transactions of one company in flight at once (the rest of the pool serves others)
+        self.parallel = parallel or max(1, min(2, pool.get_max_size() // 2))
         self._queues: dict[UUID, list[tuple[ReadJob, asyncio.Future]]] = {}
-        self._draining: set[UUID] = set()
+        self._draining: dict[UUID, int] = {}
         self._tasks: set[asyncio.Task] = set()
 
     async def submit(self, job: ReadJob) -> dict[str, Any]:
@@ -97,8 +100,8 @@ class ReadBatcher:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         cid = job.company.id
         self._queues.setdefault(cid, []).append((job, fut))
-        if cid not in self._draining:
-            self._draining.add(cid)
+        if self._draining.get(cid, 0) < self.parallel:
+            self._draining[cid] = self._draining.get(cid, 0) + 1
             task = asyncio.create_task(self._drain(cid))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -108,11 +111,17 @@ class ReadBatcher:
         try:
             while self._queues.get(cid):
                 queue = self._queues[cid]
-                batch, self._queues[cid] = queue[:MAX_BATCH], queue[MAX_BATCH:]
+                size = max(1, min(MAX_BATCH, -(-len(queue) // self._draining[cid])))  # share the queue
+                batch, self._queues[cid] = queue[:size], queue[size:]
                 await self._run(cid, batch)
         finally:
-            self._draining.discard(cid)
-            self._queues.pop(cid, None) if not self._queues.get(cid) else None
+            left = self._draining[cid] - 1
+            if left:
+                self._draining[cid] = left
+            else:
+                del self._draining[cid]
+                if not self._queues.get(cid):
+                    self._queues.pop(cid, None)
 
     async def _run(self, cid: UUID, batch: list[tuple[ReadJob, asyncio.Future]]) -> None:
         try:

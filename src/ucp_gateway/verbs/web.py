@@ -28,7 +28,7 @@ from .providers import build_registry
 from .registry import Registry
 from .schemas import SHAPES
 
-__all__ = ["VERBS", "VerbsRuntime", "setup"]
+__all__ = ["VERBS", "VerbsRuntime", "request_principal", "setup"]
 
 
 @dataclass
@@ -81,9 +81,13 @@ async def verb_detail(request: web.Request) -> web.Response:
     return web.json_response(dict(found[0].record), headers=headers)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _parse(raw: bytes, header_key: str | None) -> Call | str:
     try:
-        body = json.loads(raw or b"null")
+        body = json.loads(raw or b"null", parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError):
         return "body is not JSON"
     if not isinstance(body, dict) or not isinstance(body.get("verb"), str) or not body["verb"]:
@@ -103,14 +107,31 @@ def _parse(raw: bytes, header_key: str | None) -> Call | str:
     return Call(body["verb"][:200], args, confirm, body.get("typed_phrase"), body.get("nonce"), key)
 
 
+def request_principal(found: Any, company: Any) -> Principal | None:
+    """The principal an earlier middleware bound, as a verbs :class:`Principal`, or None.
+
+    Accepts a :class:`Principal` of this company, or a *verified* signature principal (duck-typed:
+    ``company_id``, ``role``, ``verified``, ``profile_url``/``kid``, as the RFC 9421 middleware
+    binds): role ``buyer`` becomes a buyer principal, any other role a partner agent.
+    Unverified principals are ignored (the bearer-token authenticator then decides).
+    """
+    if isinstance(found, Principal):
+        return found if found.company_id == company.id else None
+    if found is None or not getattr(found, "verified", False) or getattr(found, "company_id", None) != company.id:
+        return None
+    role = str(getattr(found, "role", "read_only"))
+    subject = getattr(found, "profile_url", None) or getattr(found, "kid", None) or "agent"
+    return Principal("buyer" if role == "buyer" else "agent", company.id, role, str(subject), "http")
+
+
 async def dispatch(request: web.Request) -> web.Response:
     app = request.app
     pool = app[DATABASE].pool
     company = request.get(REQ_COMPANY) if REQ_COMPANY in request else await resolve_host(pool, request.host)
     if company is None:
         return _envelope(404, "?", "company_not_found", "This host serves no company.")
-    principal = request.get(REQ_PRINCIPAL)
-    if not isinstance(principal, Principal) or principal.company_id != company.id:
+    principal = request_principal(request.get(REQ_PRINCIPAL), company)
+    if principal is None:
         principal = await app[VERBS].authenticator(pool, company, request.headers.get("Authorization"), request)
     if principal is None:
         resp = _envelope(401, "?", "auth_required", "Authenticate with a staff token (Authorization: Bearer ...).")
