@@ -14,6 +14,7 @@ from aiohttp import web
 
 from .appkeys import CLOCK, DATABASE, SETTINGS
 from .clock import Clock, SystemClock
+from .commerce import web as commerce_web
 from .config import Settings
 from .db import Database
 from .db.database import connect_database
@@ -43,6 +44,7 @@ COMPONENTS: list[Callable[[web.Application], None]] = [
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, fetcher, trust middleware (issue 4)
     _httpsig_setup,  # RFC 9421 verification middleware + response signing (issue 3)
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
+    commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker
 ]
 
 

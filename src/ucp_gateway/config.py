@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -92,6 +92,49 @@ class Settings(BaseSettings):
     dev_profile_hosts: list[str] = Field(
         default_factory=list,
         description="Loopback hosts whose profiles may be fetched over plain http (development only).",
+    )
+
+    # --- UCP shopping (issue 6, ucp_gateway.commerce) -----------------------------------------
+    checkout_ttl: int = Field(default=6 * 3600, ge=60, description="Seconds a checkout lives (UCP: 6 h).")
+    commerce_idempotency_ttl: int = Field(default=86400, ge=86400, description="Seconds a key is kept.")
+    buyer_rate_limit: int = Field(default=1200, ge=1, description="Requests/minute per buyer agent, company.")
+    buyer_max_order_amount: int | None = Field(
+        default=None,
+        ge=0,
+        description="Per-buyer-agent order amount limit (minor units); above it complete answers "
+        "requires_escalation. None: no limit.",
+    )
+    simulation_secret: SecretStr | None = Field(
+        default=None,
+        description="Enables POST /testing/simulate-shipping/{order_id} (Simulation-Secret header).",
+    )
+    conformance_mode: bool = Field(
+        default=False,
+        description="UCP conformance-suite mode: accepts unsigned requests with a dummy request-signature "
+        "and plain-http loopback profile URLs. Refused unless environment=development.",
+    )
+    webhook_max_attempts: int = Field(default=12, ge=1, description="Delivery attempts per order webhook.")
+    webhook_backoff_base: float = Field(default=2.0, gt=0, description="First retry delay (s); doubles.")
+    webhook_backoff_max: float = Field(default=3600.0, gt=0, description="Longest retry delay, seconds.")
+    webhook_timeout: float = Field(default=10.0, gt=0, description="Seconds per webhook delivery attempt.")
+    webhook_poll_interval: float = Field(default=1.0, gt=0, description="Seconds between outbox scans.")
+    webhook_worker: bool = Field(default=True, description="Run the webhook delivery worker in this process.")
+    commerce_via_verbs: bool = Field(
+        default=True,
+        description="Run UCP operations through the verb runtime (audit rows, receipts, buyer limits). "
+        "False (benchmark baseline only, refused in production): direct, unaudited.",
+    )
+
+    @model_validator(mode="after")
+    def _conformance_needs_dev(self) -> Settings:
+        if self.conformance_mode and self.environment != "development":
+            raise ValueError("conformance_mode is refused unless environment=development")
+        if not self.commerce_via_verbs and self.environment != "development":
+            raise ValueError("commerce_via_verbs=false (no audit) is refused unless environment=development")
+        if self.conformance_mode and not self.dev_profile_hosts:
+            self.dev_profile_hosts = ["127.0.0.1", "localhost"]  # the suite's plain-http loopback profile
+        return self
+
     # --- verb runtime (issue 5, ucp_gateway.verbs) --------------------------------------------
     verbs_nonce_secret: SecretStr | None = Field(
         default=None,
