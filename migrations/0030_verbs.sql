@@ -120,20 +120,12 @@ CREATE TABLE verb_reversals (
 );
 
 -- Staff bearer tokens (sha-256 of the token only), role-bound.
-CREATE TABLE verb_staff_tokens (
-    company_id   uuid NOT NULL REFERENCES companies (id) ON DELETE CASCADE,
-    token_sha256 bytea NOT NULL,
-    role         text NOT NULL CHECK (role IN ('read_only', 'employee', 'admin', 'owner')),
-    subject      text NOT NULL,
-    created_at   timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (company_id, token_sha256)
-);
 
 DO $$
 DECLARE t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['verb_audit_log', 'verb_audit_heads', 'verb_idempotency', 'verb_daily_usage',
-                             'verb_principal_usage', 'verb_nonces', 'verb_reversals', 'verb_staff_tokens'] LOOP
+                             'verb_principal_usage', 'verb_nonces', 'verb_reversals'] LOOP
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
         EXECUTE format('CREATE POLICY tenant_isolation ON %I USING (company_id = app_company_id()) '
@@ -142,6 +134,6 @@ BEGIN
 END $$;
 GRANT SELECT, INSERT ON verb_audit_log TO ucp_app;
 GRANT SELECT, INSERT, UPDATE ON verb_audit_heads TO ucp_app;
-GRANT SELECT, INSERT, UPDATE, DELETE ON verb_idempotency, verb_daily_usage, verb_principal_usage, verb_nonces,
-    verb_staff_tokens TO ucp_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON verb_idempotency, verb_daily_usage, verb_principal_usage, verb_nonces
+    TO ucp_app;
 GRANT SELECT, INSERT ON verb_reversals TO ucp_app;

@@ -121,8 +121,8 @@ BEGIN
 END $$;
 
 -- Delivery queue: ids and due times only (no payload). A tenant sees its own rows; the delivery
--- worker scans in the platform context (no tenant set) to find due events across tenants, then
--- reads each event inside its own tenant context.
+-- worker scans across tenants only in an explicit platform_scan_tx(pool, 'webhook_queue'), then
+-- reads each event inside its own tenant context. No context at all sees nothing.
 CREATE TABLE webhook_queue (
     company_id       uuid NOT NULL REFERENCES companies (id) ON DELETE CASCADE,
     event_id         uuid NOT NULL,
@@ -132,7 +132,7 @@ CREATE TABLE webhook_queue (
 CREATE INDEX webhook_queue_due ON webhook_queue (next_attempt_at);
 ALTER TABLE webhook_queue ENABLE ROW LEVEL SECURITY;
 ALTER TABLE webhook_queue FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_or_platform ON webhook_queue
-    USING (app_company_id() IS NULL OR company_id = app_company_id())
-    WITH CHECK (app_company_id() IS NULL OR company_id = app_company_id());
+CREATE POLICY tenant_or_worker ON webhook_queue
+    USING (company_id = app_company_id() OR current_setting('app.platform_scan', true) = 'webhook_queue')
+    WITH CHECK (company_id = app_company_id() OR current_setting('app.platform_scan', true) = 'webhook_queue');
 GRANT SELECT, INSERT, UPDATE, DELETE ON webhook_queue TO ucp_app;

@@ -25,6 +25,7 @@ from .verbs.web import setup as verbs_setup
 
 __all__ = ["COMPONENTS", "create_app"]
 
+
 # Each entry adds one subsystem to the app (routes, middlewares, cleanup_ctx). Order matters for
 # middlewares: later entries run closer to the handler.
 def _httpsig_setup(app: web.Application) -> None:
@@ -39,11 +40,20 @@ def _keys_setup(app: web.Application) -> None:
     setup(app)
 
 
+def _agent_graph_setup(app: web.Application) -> None:
+    from .discovery.subagents import registry_subagent_provider
+    from .discovery.web import SUBAGENT_PROVIDER
+    from .verbs.web import VERBS
+
+    app[SUBAGENT_PROVIDER] = registry_subagent_provider(app[VERBS].registry)
+
+
 COMPONENTS: list[Callable[[web.Application], None]] = [
     _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug (issue 3)
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, fetcher, trust middleware (issue 4)
     _httpsig_setup,  # RFC 9421 verification middleware + response signing (issue 3)
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
+    _agent_graph_setup,  # sub-agent capability configs in /.well-known/ucp from the verb registry
     commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker
 ]
 
@@ -74,6 +84,8 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
     app = web.Application(
         middlewares=[request_id_middleware, error_middleware, tenancy_middleware],
         client_max_size=settings.client_max_size,
+        # Content-Digest (RFC 9530) covers the body as transferred: never decode before verifying.
+        handler_args={"auto_decompress": False},
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()

@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     httpsig_tag: str | None = Field(default=None, description="If set, only signatures with this tag count.")
     httpsig_allow_es384: bool = True
     httpsig_exempt_prefixes: tuple[str, ...] = ("/.well-known/", "/admin/", "/healthz", "/readyz")
+    httpsig_staff_prefixes: tuple[str, ...] = Field(
+        default=("/api/v1/agent/dispatch",),
+        description="Routes where unsigned staff calls with an admin API bearer token are let through to "
+        "the route's own token check.",
+    )
     httpsig_sign_responses: bool = Field(default=False, description="Sign every response on company hosts.")
     httpsig_profile_ttl: float = Field(default=300.0, ge=60, description="Platform profile cache TTL (s).")
     httpsig_profile_refresh_floor: float = Field(default=60.0, ge=0, description="Min s between refetches.")

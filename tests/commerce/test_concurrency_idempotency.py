@@ -175,7 +175,9 @@ async def test_payment_credential_is_stored_nowhere(client, database, company):
             if n:
                 hits.append(t)
         for t, col in (("webhook_outbox", "payload"), ("commerce_idempotency", "body")):  # bytea columns
-            n = await owner.fetchval(f"SELECT count(*) FROM {t} WHERE convert_from({col}, 'UTF8') LIKE $1", "%success_token%")
+            n = await owner.fetchval(
+                f"SELECT count(*) FROM {t} WHERE convert_from({col}, 'UTF8') LIKE $1", "%success_token%"
+            )
             if n:
                 hits.append(t)
         assert await owner.fetchval("SELECT token_ref FROM payments") == "demo:instr_1"

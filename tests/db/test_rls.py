@@ -120,3 +120,39 @@ async def test_tenant_tx_rejects_non_uuid(database):
         async with tenant_tx(database.pool, "1' OR '1'='1"):
             pass
     assert uuid.UUID(str(uuid.uuid4()))
+
+
+async def test_no_context_sees_no_rows_in_any_tenant_table(database, db_settings):
+    """Every tenant table, filled by the demo seed and a checkout's webhook queue row, is empty
+    without a tenant context; only the scoped worker transaction sees the queue."""
+    from ucp_gateway.db import platform_scan_tx
+    from ucp_gateway.demo import seed_demo
+
+    report = await seed_demo(database, db_settings)
+    cid = report.company.id
+    async with tenant_tx(database.pool, cid) as conn:
+        await conn.execute(
+            "INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) VALUES ($1, $2, now())",
+            cid,
+            uuid.uuid4(),
+        )
+    owner = await asyncpg.connect(database.owner_dsn)
+    try:
+        tables = [
+            r["relname"]
+            for r in await owner.fetch(
+                "SELECT DISTINCT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
+                "WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace AND a.attname = 'company_id'"
+            )
+        ]
+        filled = [t for t in tables if await owner.fetchval(f'SELECT count(*) FROM "{t}"')]
+    finally:
+        await owner.close()
+    assert {"products", "webhook_queue", "subagents"} <= set(filled)
+    filled = [t for t in filled if t != "company_hosts"]  # the host directory is public by design
+    async with platform_tx(database.pool) as conn:
+        visible = {t: await conn.fetchval(f'SELECT count(*) FROM "{t}"') for t in filled}
+    assert visible == dict.fromkeys(filled, 0)
+    async with platform_scan_tx(database.pool, "webhook_queue") as conn:
+        assert await conn.fetchval("SELECT count(*) FROM webhook_queue") == 1
+        assert await conn.fetchval("SELECT count(*) FROM products") == 0  # the scan scope is one table

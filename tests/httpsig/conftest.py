@@ -51,7 +51,7 @@ async def complete(request: web.Request) -> web.Response:
 
 
 def make_app(settings, database, clock) -> web.Application:
-    app = web.Application()
+    app = web.Application(handler_args={"auto_decompress": False})  # as create_app does
     app[SETTINGS] = settings
     app[DATABASE] = database
     app[CLOCK] = clock

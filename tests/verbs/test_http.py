@@ -24,7 +24,12 @@ async def test_manifest_public_cached_filtered(client):
     r = await client.get("/api/v1/agent/verbs")
     assert r.status == 200 and r.headers["Cache-Control"] == "public, max-age=300"
     records = await r.json()
-    assert all(record_validator().is_valid(x) for x in records) and len(records) == 20
+    names = {x["name"] for x in records}
+    assert all(record_validator().is_valid(x) for x in records) and len(records) == len(names) >= 20
+    hidden = {
+        v.name for v in client.app[VERBS].registry if v.policy.admin_only or v.policy.risk_class.value == "BLOCKED"
+    }
+    assert names == {v.name for v in client.app[VERBS].registry} - hidden
     tag = r.headers["ETag"]
     again = await client.get("/api/v1/agent/verbs", headers={"If-None-Match": tag})
     assert again.status == 304
@@ -140,3 +145,26 @@ async def test_nan_body_is_malformed(client, database, shop):
     h = await token(database, shop, "owner")
     r = await client.post("/api/v1/agent/dispatch", data=b'{"verb": "customer.context", "args": {"x": NaN}}', headers=h)
     assert r.status == 400
+
+
+async def test_staff_bearer_passes_required_signature_policy(client, database):
+    """Regression: unsigned staff calls were refused (401 signature_missing) on `required` companies."""
+    from ucp_gateway.tenancy import create_company
+
+    strict = await create_company(
+        database.pool, slug="strict", display_name="Strict", hostnames=["strict.test"], signature_policy="required"
+    )
+    host = {"Host": "strict.test"}
+    body = {"verb": "capability.manifest"}
+    tok = await issue_staff_token(database.pool, strict.id, "read_only", "clerk")
+    ok = await client.post("/api/v1/agent/dispatch", json=body, headers={**host, "Authorization": f"Bearer {tok}"})
+    assert ok.status == 200 and (await ok.json())["ok"] is True
+    # a bad token is still refused by the front door
+    bad = await client.post("/api/v1/agent/dispatch", json=body, headers={**host, "Authorization": "Bearer ucpat_x"})
+    assert bad.status == 401
+    # and with no credential at all the signature middleware asks for a signature
+    none = await client.post("/api/v1/agent/dispatch", json=body, headers=host)
+    assert none.status == 401 and (await none.json())["code"] == "signature_missing"
+    # a bearer token does not exempt other company routes from signatures
+    other = await client.get("/ucp/v1/orders/x", headers={**host, "Authorization": f"Bearer {tok}"})
+    assert other.status == 401 and (await other.json())["code"] == "signature_missing"

@@ -28,7 +28,7 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, SETTINGS
 from ..clock import Clock
 from ..config import Settings
-from ..db import platform_tx, tenant_tx
+from ..db import platform_scan_tx, tenant_tx
 from ..tenancy import get_company
 
 __all__ = [
@@ -105,7 +105,7 @@ class WebhookWorker:
     async def _lease(self) -> list[tuple[uuid.UUID, uuid.UUID]]:
         now = self.clock.now()
         lease = now + timedelta(seconds=self.settings.webhook_timeout * 3)
-        async with platform_tx(self.pool) as conn:
+        async with platform_scan_tx(self.pool, "webhook_queue") as conn:
             rows = await conn.fetch(
                 "UPDATE webhook_queue q SET next_attempt_at = $2 FROM ("
                 " SELECT company_id, event_id FROM webhook_queue WHERE next_attempt_at <= $1"
@@ -168,7 +168,7 @@ class WebhookWorker:
         if error is None or attempts >= self.settings.webhook_max_attempts:
             await self._dequeue(company_id, event_id)
         else:
-            async with platform_tx(self.pool) as pconn:
+            async with platform_scan_tx(self.pool, "webhook_queue") as pconn:
                 await pconn.execute(
                     "UPDATE webhook_queue SET next_attempt_at = $3 WHERE company_id = $1 AND event_id = $2",
                     company_id,
@@ -178,7 +178,7 @@ class WebhookWorker:
         return 1 if error is None else 0
 
     async def _dequeue(self, company_id: uuid.UUID, event_id: uuid.UUID) -> None:
-        async with platform_tx(self.pool) as conn:
+        async with platform_scan_tx(self.pool, "webhook_queue") as conn:
             await conn.execute(
                 "DELETE FROM webhook_queue WHERE company_id = $1 AND event_id = $2", company_id, event_id
             )

@@ -14,7 +14,7 @@ from uuid import UUID
 
 import asyncpg
 
-__all__ = ["platform_tx", "tenant_tx"]
+__all__ = ["platform_scan_tx", "platform_tx", "tenant_tx"]
 
 
 @asynccontextmanager
@@ -41,4 +41,18 @@ async def platform_tx(pool: asyncpg.Pool, *, isolation: str = "read_committed") 
     """One transaction with no tenant context: tenant tables show no rows; platform tables are open."""
     async with pool.acquire() as conn, conn.transaction(isolation=isolation):
         await conn.execute("SELECT set_config('app.company_id', '', true)")
+        yield conn
+
+
+@asynccontextmanager
+async def platform_scan_tx(pool: asyncpg.Pool, scope: str) -> AsyncIterator[asyncpg.Connection]:
+    """A platform transaction that may see every tenant's rows of the tables whose policy names
+    ``scope`` (``current_setting('app.platform_scan') = scope``), e.g. ``"webhook_queue"`` for the
+    delivery worker. Cross-tenant access is thus explicit and scoped to one table; a transaction
+    with no context at all still sees no tenant rows.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "SELECT set_config('app.company_id', '', true), set_config('app.platform_scan', $1, true)", scope
+        )
         yield conn

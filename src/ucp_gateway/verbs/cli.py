@@ -1,4 +1,4 @@
-"""CLI: ``verbs list``, ``verbs token``, ``verbs seed-demo``, ``agent dispatch`` and ``audit verify``.
+"""CLI: ``verbs list``, ``verbs seed-demo``, ``agent dispatch`` and ``audit verify``.
 
 ``agent dispatch`` runs the local dispatcher as a staff principal of the given role on transport
 ``cli`` (solid-verbs spec/transport.md CLI binding: ``--confirm`` and ``--phrase``).
@@ -16,7 +16,6 @@ from ..db import open_database, tenant_tx
 from ..errors import BadRequest
 from ..tenancy import get_company
 from .audit import verify_chain
-from .auth import issue_staff_token
 from .decide import Call
 from .dispatcher import Dispatcher
 from .manifest import listed, published
@@ -90,15 +89,6 @@ async def cmd_audit_verify(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if rep.ok else 1
 
 
-async def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
-    """Issue a staff bearer token (printed once)."""
-    async with open_database(settings) as db:
-        company = await get_company(db.pool, args.company)
-        token = await issue_staff_token(db.pool, company.id, args.role, args.subject)
-    print(token)
-    return 0
-
-
 async def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
     """Seed the demo verb tables for a company whose catalogue is loaded."""
     from .demo import seed_verb_demo
@@ -120,11 +110,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--surface", choices=SURFACES)
     p.add_argument("--shape", choices=SHAPES)
     p.set_defaults(func=cmd_verbs_list)
-    p = verbs.add_parser("token", parents=common, help="issue a staff bearer token for the HTTP front door")
-    p.add_argument("--company", required=True)
-    p.add_argument("--role", required=True, choices=ROLES)
-    p.add_argument("--subject", required=True)
-    p.set_defaults(func=cmd_token)
     p = verbs.add_parser("seed-demo", parents=common, help="seed CRM contacts, orders and a macro for the demo verbs")
     p.add_argument("--company", required=True)
     p.set_defaults(func=cmd_seed)
