@@ -52,6 +52,24 @@ class Settings(BaseSettings):
     vendor_prefix: str = Field(default="com.solidnumber", pattern=r"^[a-z][a-z0-9]*(\.[a-z][a-z0-9_]*)+$")
     vendor_base_url: str = "https://solidnumber.com/ucp"
 
+    # --- verb runtime (issue 5, ucp_gateway.verbs) --------------------------------------------
+    verbs_nonce_secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC-SHA256 key (>= 32 bytes) of consent nonces. None: a dev secret is generated "
+        "under data_dir with mode 0600; production refuses to start.",
+    )
+    verbs_nonce_secret_previous: SecretStr | None = Field(
+        default=None, description="The secret before a rotation; nonces it signed verify for their 5 minutes."
+    )
+    verbs_nonce_ttl: int = Field(default=300, ge=30, le=3600, description="Seconds a consent nonce lives.")
+    verbs_idempotency_ttl: int = Field(default=86400, ge=3600, description="Seconds an idempotency key is kept.")
+    verbs_daily_caps: dict[str, int | None] = Field(
+        default_factory=lambda: {"WRITE_REVERSIBLE": 100, "WRITE_FINANCIAL": 25, "IRREVERSIBLE": 10},
+        description="Company-wide daily caps per risk class (UTC day); a company's settings.verbs.daily_caps "
+        "overrides them; null = unlimited, 0 = class disabled.",
+    )
+    verbs_manifest_max_age: int = Field(default=300, ge=0, description="Cache-Control max-age of the manifest.")
+
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, v: Path) -> Path:

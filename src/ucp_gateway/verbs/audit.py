@@ -1,0 +1,202 @@
+"""The audit log: one hash-chained, append-only row per dispatch (allowed, denied, pending, failed).
+
+Append-only is enforced by PostgreSQL (migration 0030: a trigger refuses UPDATE, DELETE and
+TRUNCATE for every role). Rows are chained per company::
+
+    row_hash = sha256(prev_hash || int8(seq) || int8(audit_id) || canonical_json(entry))
+
+so :func:`verify_chain` (``ucp-gateway audit verify``) names the first row a superuser altered,
+removed or re-ordered. ``entry`` is the canonical record (JSON without floats); the plain columns
+are copies for indexes and are checked against it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from .consent import canonical_json
+
+__all__ = ["GENESIS", "ChainReport", "append", "redact", "safe_name", "trail", "verify_chain"]
+
+GENESIS = b"\x00" * 32
+_SECRET_KEY = re.compile(r"token|secret|password|credential|card|pan|cvv|cvc|authorization", re.I)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def redact(value: Any) -> Any:
+    """Copy of ``value`` with secret-looking keys replaced by ``"[redacted]"`` (digest §8 G15)."""
+    if isinstance(value, Mapping):
+        return {k: ("[redacted]" if _SECRET_KEY.search(str(k)) else redact(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def safe_name(name: Any) -> str:
+    """A caller-supplied verb name made safe to store (no control characters, at most 100 chars)."""
+    return _CONTROL.sub("?", str(name))[:100] or "?"
+
+
+def iso(dt: datetime) -> str:
+    return dt.isoformat().replace("+00:00", "Z")
+
+
+async def append(conn: asyncpg.Connection, company_id: UUID, entry: dict[str, Any]) -> tuple[int, int]:
+    """Append ``entry`` to the company's chain inside the caller's transaction.
+
+    ``entry`` must hold ``at`` (RFC 3339), ``verb``, ``decision``, ``status`` and ``principal``.
+    Returns ``(audit_id, seq)``.
+    """
+    canonical = canonical_json(entry)
+    row = await conn.fetchrow(
+        "SELECT audit_id, seq FROM verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::jsonb, $8)",
+        company_id,
+        datetime.fromisoformat(entry["at"].replace("Z", "+00:00")),
+        entry["verb"],
+        entry["decision"],
+        entry["status"],
+        entry["principal"]["subject"],
+        entry,
+        canonical,
+    )
+    return int(row["audit_id"]), int(row["seq"])
+
+
+@dataclass(frozen=True, slots=True)
+class ChainReport:
+    """Result of :func:`verify_chain`: ``ok``; ``rows`` checked; the first broken row and why."""
+
+    ok: bool
+    rows: int
+    broken_audit_id: int | None = None
+    broken_seq: int | None = None
+    problem: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "rows": self.rows,
+            "broken_audit_id": self.broken_audit_id,
+            "broken_seq": self.broken_seq,
+            "problem": self.problem,
+        }
+
+
+def _row_hash(prev: bytes, seq: int, audit_id: int, entry: Any) -> bytes:
+    data = prev + seq.to_bytes(8, "big", signed=True) + audit_id.to_bytes(8, "big", signed=True)
+    return hashlib.sha256(data + canonical_json(entry).encode()).digest()
+
+
+async def verify_chain(conn: asyncpg.Connection, company_id: UUID, *, batch: int = 2000) -> ChainReport:
+    """Recompute the company's chain from the first row; stop at the first broken one.
+
+    Checks per row: seq is the next number, prev_hash is the previous row_hash, row_hash matches the
+    recomputed hash, and the indexed columns equal the entry. Finally the head must match.
+    Run inside a transaction in the company's tenant context.
+    """
+    prev, expect_seq, rows, last = GENESIS, 1, 0, 0
+    while True:
+        recs = await conn.fetch(
+            "SELECT audit_id, seq, created_at, verb, decision, status, subject, entry::text AS entry, "
+            "prev_hash, row_hash, company_id FROM verb_audit_log WHERE seq > $1 ORDER BY seq LIMIT $2",
+            last,
+            batch,
+        )
+        if not recs:
+            break
+        for r in recs:
+            entry = json.loads(r["entry"])
+            aid, seq = r["audit_id"], r["seq"]
+
+            def broken(why: str, aid=aid, seq=seq) -> ChainReport:
+                return ChainReport(False, rows, aid, seq, why)
+
+            if seq != expect_seq:
+                return broken(f"sequence gap: expected seq {expect_seq}, found {seq}")
+            if bytes(r["prev_hash"]) != prev:
+                return broken("prev_hash does not match the previous row")
+            if _row_hash(prev, seq, aid, entry) != bytes(r["row_hash"]):
+                return broken("row_hash does not match the row's content")
+            cols = {
+                "verb": r["verb"],
+                "decision": r["decision"],
+                "status": r["status"],
+                "company_id": str(r["company_id"]),
+            }
+            want = {
+                "verb": entry.get("verb"),
+                "decision": entry.get("decision"),
+                "status": entry.get("status"),
+                "company_id": entry.get("company_id"),
+            }
+            if (
+                cols != want
+                or r["subject"] != entry.get("principal", {}).get("subject")
+                or iso(r["created_at"]) != entry.get("at")
+            ):
+                return broken("indexed columns differ from the hashed entry")
+            prev, expect_seq, last, rows = bytes(r["row_hash"]), seq + 1, seq, rows + 1
+    head = await conn.fetchrow(
+        "SELECT seq, head_hash FROM verb_audit_heads WHERE company_id = $1", company_id
+    )
+    if head is not None and (head["seq"] != last or bytes(head["head_hash"]) != prev):
+        return ChainReport(
+            False, rows, None, head["seq"], "chain head does not match the last row (rows removed?)"
+        )
+    if head is None and rows:
+        return ChainReport(False, rows, None, None, "chain head missing")
+    return ChainReport(True, rows)
+
+
+async def trail(
+    conn: asyncpg.Connection,
+    *,
+    verb: str | None = None,
+    decision: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before: int | None = None,
+    limit: int = 50,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """Audit rows newest first, keyset-paginated on audit_id. Returns ``(entries, next_before)``."""
+    recs = await conn.fetch(
+        "SELECT audit_id, created_at, verb, subject, status, decision, entry->>'reason' AS reason, "
+        " entry->'entity' AS entity, entry->>'risk_class' AS risk_class FROM verb_audit_log "
+        "WHERE ($1::text IS NULL OR verb = $1) AND ($2::text IS NULL OR decision = $2) "
+        " AND ($3::timestamptz IS NULL OR created_at >= $3) AND ($4::timestamptz IS NULL OR created_at < $4) "
+        " AND ($5::bigint IS NULL OR audit_id < $5) ORDER BY audit_id DESC LIMIT $6",
+        verb,
+        decision,
+        since,
+        until,
+        before,
+        limit + 1,
+    )
+    out = []
+    for r in recs[:limit]:
+        ent = r["entity"] or {}
+        item = {
+            "audit_id": r["audit_id"],
+            "timestamp": iso(r["created_at"]),
+            "action": r["verb"],
+            "actor": r["subject"],
+            "status": r["status"],
+            "decision": r["decision"],
+            "risk_class": r["risk_class"],
+        }
+        if r["reason"]:
+            item["reason"] = r["reason"]
+        if ent.get("id") is not None:
+            item["entity_id"] = ent["id"]
+        out.append(item)
+    nxt = recs[limit - 1]["audit_id"] if len(recs) > limit else None
+    return out, nxt

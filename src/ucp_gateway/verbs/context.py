@@ -1,0 +1,91 @@
+"""What a verb handler sees: :class:`VerbContext` (and :class:`RevertContext` for revert handlers).
+
+Handlers run inside the dispatcher's tenant transaction: every write they make, the audit row, the
+idempotency record and the cap count commit together or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from ..tenancy import Company
+from .policy import Principal
+
+if TYPE_CHECKING:
+    from .dispatcher import Dispatcher
+    from .registry import Verb
+
+__all__ = ["RevertContext", "VerbContext"]
+
+
+@dataclass
+class VerbContext:
+    """Arguments and services of one execution.
+
+    Attributes:
+        conn: the open tenant transaction (RLS: this company only).
+        args: validated arguments (control keys removed); company_id/user_id never appear here.
+        principal, company, now (aware UTC), verb, dispatcher (for child verbs).
+    """
+
+    conn: asyncpg.Connection
+    args: Mapping[str, Any]
+    principal: Principal
+    company: Company
+    now: datetime
+    verb: Verb
+    dispatcher: Dispatcher
+    rollback_handle: str | None = None
+    revert_data: dict[str, Any] | None = None
+    entity: dict[str, Any] | None = None
+    children: list[int] = field(default_factory=list)
+    transaction_id: str | None = None
+
+    def set_revert(self, handle: str, data: dict[str, Any]) -> None:
+        """Record how to undo this write: an opaque handle and the data the revert handler needs
+        (JSON without floats; stored in the audit row)."""
+        self.rollback_handle, self.revert_data = handle, data
+
+    def set_entity(self, entity_type: str, entity_id: str | int) -> None:
+        """The entity this call is about (shown by audit.trail)."""
+        self.entity = {"type": entity_type, "id": entity_id}
+
+    async def emit(
+        self, type_: str, entity_type: str, entity_id: str | int, data: Mapping[str, Any] | None = None
+    ) -> None:
+        """Append a business event (read by events.subscribe / events.poll) in this transaction."""
+        await self.conn.execute(
+            "INSERT INTO agent_events (company_id, type, entity_type, entity_id, data, created_at) "
+            "VALUES ($1, $2, $3, $4, $5::jsonb, $6)",
+            self.company.id,
+            type_,
+            entity_type,
+            str(entity_id),
+            dict(data or {}),
+            self.now,
+        )
+
+    async def run_child(self, verb: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Run a child write in this transaction (transaction / macro steps); returns its receipt.
+
+        Raises VerbError (the whole transaction then rolls back).
+        """
+        return await self.dispatcher.run_child(self, verb, args)
+
+
+@dataclass
+class RevertContext:
+    """What a revert handler gets: the transaction, who reverts, and the original audit entry."""
+
+    conn: asyncpg.Connection
+    principal: Principal
+    company: Company
+    now: datetime
+    entry: Mapping[str, Any]
+    audit_id: int
+    dispatcher: Dispatcher

@@ -1,0 +1,423 @@
+"""The one front door: every verb call from every transport goes through :meth:`Dispatcher.dispatch`.
+
+Imperative shell around the pure :func:`decide`: load the facts it needs, call it, then persist
+what it returns. Every exit writes exactly one audit row (denials and preflights included) and
+returns the envelope of solid-verbs ``schema/envelope.json``::
+
+    {ok: true, verb, result, audit_id, idempotency_key?, rollback_handle?, replayed?}
+    {ok: false, verb, error: {reason, message, hint?, path?}, pending?, audit_id}
+
+An allowed call runs in one tenant transaction together with its idempotency claim, nonce
+consumption, cap reservation, business writes, events and audit row: all commit or none does.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+
+from ..clock import Clock, SystemClock
+from ..config import Settings
+from ..db import tenant_tx
+from ..tenancy import Company, get_company
+from . import audit, store
+from .audit import iso, redact, safe_name
+from .consent import args_digest, canonical_json, clean_args
+from .context import VerbContext
+from .decide import Call, Decision, Inputs, cap_class_for, decide, gates
+from .errors import REASONS, VerbError
+from .policy import DEFAULT_DAILY_CAPS, Principal, RiskClass
+from .registry import Registry, Verb
+from .schemas import shape_validator
+from .secret import load_nonce_secrets
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger(__name__)
+
+
+class _Replay(Exception):
+    def __init__(self, digest: str, envelope: dict[str, Any] | None):
+        self.digest, self.envelope = digest, envelope
+
+
+class Dispatcher:
+    """The verb runtime for one process. Stateless apart from the registry: replicas share the DB.
+
+    Args:
+        registry: the verbs. pool: the application-role pool. settings: gateway settings
+        (nonce secret, TTLs, default caps). clock: injected time (tests freeze it).
+    """
+
+    def __init__(
+        self, registry: Registry, pool: asyncpg.Pool, settings: Settings, clock: Clock | None = None
+    ):
+        self.registry = registry
+        self.pool = pool
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self._kid, self._secrets = load_nonce_secrets(settings)
+
+    # ---- facts ---------------------------------------------------------------------------
+    def cap_limit(self, company: Company, cap_class: str | None) -> int | None:
+        """Today's limit for ``cap_class``: company settings override the gateway defaults."""
+        if cap_class is None:
+            return None
+        caps: dict[str, Any] = {**DEFAULT_DAILY_CAPS, **self.settings.verbs_daily_caps}
+        caps.update(((company.settings or {}).get("verbs") or {}).get("daily_caps") or {})
+        v = caps.get(cap_class)
+        return None if v is None else int(v)
+
+    async def _inputs(
+        self, verb: Verb | None, principal: Principal, call: Call, company: Company, now
+    ) -> Inputs:
+        base = {
+            "company_tier": company.tier,
+            "secrets": self._secrets,
+            "current_kid": self._kid,
+            "now": now,
+            "fresh_nonce_id": secrets.token_hex(8),
+            "nonce_ttl": self.settings.verbs_nonce_ttl,
+        }
+        if verb is None or not verb.is_write or not isinstance(call.args, Mapping):
+            return Inputs(**base)
+        cls = verb.policy.risk_class
+        if verb.policy.escalate is not None:
+            try:
+                cls, _ = verb.policy.escalate(clean_args(call.args), self.registry)
+            except (VerbError, KeyError, TypeError, ValueError):
+                return Inputs(**base)
+        cap_class = cap_class_for(verb, principal, cls)
+        lim = verb.policy.principal_limit
+        async with tenant_tx(self.pool, company.id) as conn:
+            stored = None
+            if call.idempotency_key:
+                stored = await store.stored_key(conn, principal.key, verb.name, call.idempotency_key, now)
+            used = await store.cap_used(conn, cap_class, now.date()) if cap_class else 0
+            pused = (0, 0)
+            if lim is not None and principal.kind == "buyer":
+                pused = await store.principal_used(conn, principal.key, lim.key or verb.name, now.date())
+        return Inputs(
+            **base,
+            cap_used=used,
+            cap_limit=self.cap_limit(company, cap_class),
+            principal_used=pused,
+            stored_digest=stored[0] if stored else None,
+        )
+
+    # ---- the front door --------------------------------------------------------------------
+    async def dispatch(
+        self, principal: Principal, call: Call, *, company: Company | None = None
+    ) -> dict[str, Any]:
+        """Run one verb call end to end and return its envelope (never raises for a denial).
+
+        Args:
+            principal: the authenticated caller (company, role, kind, transport).
+            call: verb name, args and the control fields (confirm, typed_phrase, nonce, idempotency_key).
+            company: the caller's company if the transport already loaded it.
+        Returns: the envelope dict (schema/envelope.json).
+        Raises: CompanyNotFound when the principal's company does not exist.
+        """
+        now = self.clock.now()
+        if company is None or company.id != principal.company_id:
+            company = await get_company(self.pool, str(principal.company_id))
+        verb = self.registry.get(call.verb) if isinstance(call.verb, str) else None
+        t0 = time.perf_counter()
+        decision = decide(
+            verb, principal, call, await self._inputs(verb, principal, call, company, now), self.registry
+        )
+        if decision.outcome in ("deny", "pending"):
+            return await self._refuse(principal, company, call, verb, decision, now)
+        if decision.outcome == "replay":
+            return await self._replay(principal, company, call, verb, decision, now)
+        assert verb is not None
+        write = decision.risk_class not in (None, RiskClass.READ)
+        key = (call.idempotency_key or secrets.token_hex(8)) if write else None
+        try:
+            return await self._execute(principal, company, call, verb, decision, key, now, t0)
+        except _Replay as rp:
+            if rp.digest != decision.digest:
+                d = Decision(
+                    "deny",
+                    decision.risk_class,
+                    "idempotency_conflict",
+                    REASONS["idempotency_conflict"],
+                    digest=decision.digest,
+                )
+                return await self._refuse(principal, company, call, verb, d, now)
+            return await self._replay(principal, company, call, verb, decision, now, rp.envelope)
+        except VerbError as exc:
+            denial = exc.reason in (
+                "nonce_used",
+                "daily_cap_exceeded",
+                "principal_limit_exceeded",
+                "role_denied",
+            )
+            return await self._failed(principal, company, call, verb, decision, exc, now, t0, denial)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            log.exception("verb %s failed in the database", verb.name)
+            err = VerbError("execution_failed", f"{REASONS['execution_failed']} ({exc.__class__.__name__})")
+            return await self._failed(principal, company, call, verb, decision, err, now, t0, False)
+        except Exception:  # the runtime's boundary: log, audit as failed, answer execution_failed
+            log.exception("verb %s raised", verb.name)
+            err = VerbError("execution_failed")
+            return await self._failed(principal, company, call, verb, decision, err, now, t0, False)
+
+    async def _execute(
+        self, principal, company, call, verb: Verb, decision: Decision, key, now, t0
+    ) -> dict[str, Any]:
+        args = clean_args(call.args)
+        async with tenant_tx(self.pool, company.id) as conn:
+            if key is not None:
+                ttl = self.settings.verbs_idempotency_ttl
+                if not await store.claim_key(
+                    conn, company.id, principal.key, verb.name, key, decision.digest, now, ttl
+                ):
+                    got = await store.stored_key(conn, principal.key, verb.name, key, now)
+                    raise _Replay(got[0], got[1]) if got else VerbError("execution_failed")
+            approval = decision.approval or {}
+            if approval.get("nonce_id") and not await store.consume_nonce(
+                conn, company.id, approval["nonce_id"], now
+            ):
+                raise VerbError("nonce_used", hint="Call again without confirm for a fresh phrase and nonce.")
+            await self._count(conn, principal, company, verb, decision.cap_class, args, now)
+            ctx = VerbContext(conn, args, principal, company, now, verb, self)
+            result = dict(await verb.handler(ctx))
+            entry = self._entry(principal, company, call, verb, decision, "allowed", "completed", now)
+            entry.update(elapsed_us=int((time.perf_counter() - t0) * 1e6), entity=ctx.entity)
+            if key is not None:
+                entry.update(
+                    idempotency_key=key,
+                    reversible=verb.policy.revert is not None,
+                    rollback_handle=ctx.rollback_handle
+                    or (f"{verb.name}:{key}" if verb.policy.revert else None),
+                    revert_data=ctx.revert_data,
+                    children=ctx.children or None,
+                    transaction_id=ctx.transaction_id,
+                )
+            audit_id, _ = await audit.append(conn, company.id, entry)
+            env = self._success(verb, result, audit_id, key, entry, now)
+            if key is not None:
+                await store.finish_key(conn, principal.key, verb.name, key, env, audit_id)
+        return env
+
+    async def _count(self, conn, principal, company, verb: Verb, cap_class, args, now) -> None:
+        limit = self.cap_limit(company, cap_class)
+        if (
+            cap_class
+            and limit is not None
+            and not await store.reserve_cap(conn, company.id, cap_class, now.date(), limit)
+        ):
+            raise VerbError(
+                "daily_cap_exceeded",
+                f"Daily {cap_class} cap of {limit} reached.",
+                hint="Caps reset at 00:00 UTC.",
+            )
+        lim = verb.policy.principal_limit
+        if lim is not None and principal.kind == "buyer":
+            amount = int(args.get(lim.amount_arg, 0)) if lim.amount_arg else 0
+            ok = await store.count_principal(
+                conn,
+                company.id,
+                principal.key,
+                lim.key or verb.name,
+                now.date(),
+                amount,
+                lim.calls,
+                lim.amount,
+            )
+            if not ok:
+                raise VerbError("principal_limit_exceeded")
+
+    def _success(self, verb: Verb, result: dict[str, Any], audit_id: int, key, entry, now) -> dict[str, Any]:
+        env: dict[str, Any] = {"ok": True, "verb": verb.name, "audit_id": audit_id}
+        if key is not None:
+            receipt = {
+                "status": "completed",
+                "audit_id": audit_id,
+                "idempotency_key": key,
+                "timestamp": iso(now),
+            }
+            if entry.get("rollback_handle"):
+                receipt["rollback_handle"] = entry["rollback_handle"]
+            result = {**receipt, **result}
+            if verb.shape != "revert":  # a revert's audit_id names the reverted action (revert.json)
+                result["audit_id"] = audit_id
+            env.update(
+                idempotency_key=key,
+                **({"rollback_handle": receipt["rollback_handle"]} if "rollback_handle" in receipt else {}),
+            )
+        err = next(iter(shape_validator(verb.shape).iter_errors(result)), None)
+        if err is not None:
+            log.error("verb %s output breaks shape %s: %s", verb.name, verb.shape, err.message)
+            raise VerbError("execution_failed", f"output does not match the {verb.shape} shape")
+        env["result"] = result
+        return env
+
+    # ---- exits that execute nothing -------------------------------------------------------------
+    def _entry(
+        self, principal, company, call, verb, decision: Decision, outcome, status, now
+    ) -> dict[str, Any]:
+        e: dict[str, Any] = {
+            "v": 1,
+            "company_id": str(company.id),
+            "at": iso(now),
+            "verb": verb.name if verb else safe_name(call.verb),
+            "decision": outcome,
+            "status": status,
+            "principal": {"kind": principal.kind, "subject": principal.subject, "role": principal.role},
+            "transport": principal.transport,
+            "risk_class": decision.risk_class.name if decision.risk_class is not None else None,
+            "args_digest": decision.digest
+            or (args_digest(call.args) if isinstance(call.args, Mapping) else None),
+        }
+        if decision.reason:
+            e["reason"] = decision.reason
+        if decision.approval:
+            e["approval"] = {k: v for k, v in decision.approval.items() if k != "phrase"} | {
+                "approved_at": iso(now)
+            }
+        if isinstance(call.args, Mapping) and (verb is None or verb.policy.audit_args):
+            try:
+                e["args"] = canonical_json(redact(dict(call.args)))[:4000]
+            except (TypeError, ValueError):
+                e["args"] = None
+        return e
+
+    async def _write(self, company: Company, entry: dict[str, Any]) -> int:
+        async with tenant_tx(self.pool, company.id) as conn:
+            audit_id, _ = await audit.append(conn, company.id, entry)
+        return audit_id
+
+    async def _refuse(self, principal, company, call, verb, decision: Decision, now) -> dict[str, Any]:
+        pending = decision.outcome == "pending"
+        entry = self._entry(
+            principal,
+            company,
+            call,
+            verb,
+            decision,
+            "pending" if pending else "denied",
+            "pending" if pending else "denied",
+            now,
+        )
+        if pending and decision.pending:
+            entry["requires_approval"] = True
+        audit_id = await self._write(company, entry)
+        env: dict[str, Any] = {
+            "ok": False,
+            "verb": entry["verb"],
+            "audit_id": audit_id,
+            "error": decision.error().error_body(),
+        }
+        if decision.pending:
+            env["pending"] = decision.pending
+        return env
+
+    async def _replay(self, principal, company, call, verb, decision, now, envelope=None) -> dict[str, Any]:
+        if envelope is None:
+            async with tenant_tx(self.pool, company.id) as conn:
+                got = await store.stored_key(conn, principal.key, verb.name, call.idempotency_key, now)
+            envelope = got[1] if got else None
+        if envelope is None:  # expired between the two reads: treat as unknown rather than re-running
+            d = Decision(
+                "deny", decision.risk_class, "execution_failed", "retry the call", digest=decision.digest
+            )
+            return await self._refuse(principal, company, call, verb, d, now)
+        entry = self._entry(principal, company, call, verb, decision, "replayed", "completed", now)
+        entry.update(idempotency_key=call.idempotency_key, replay_of=envelope.get("audit_id"))
+        await self._write(company, entry)
+        return {**envelope, "replayed": True}
+
+    async def _failed(
+        self, principal, company, call, verb, decision, exc: VerbError, now, t0, denial
+    ) -> dict[str, Any]:
+        d = Decision(
+            decision.outcome,
+            decision.risk_class,
+            exc.reason,
+            exc.message,
+            digest=decision.digest,
+            approval=decision.approval,
+        )
+        entry = self._entry(
+            principal,
+            company,
+            call,
+            verb,
+            d,
+            "denied" if denial else "failed",
+            "denied" if denial else "failed",
+            now,
+        )
+        entry["elapsed_us"] = int((time.perf_counter() - t0) * 1e6)
+        audit_id = await self._write(company, entry)
+        env: dict[str, Any] = {
+            "ok": False,
+            "verb": verb.name,
+            "audit_id": audit_id,
+            "error": exc.error_body(),
+        }
+        if exc.result is not None:
+            env["result"] = exc.result
+        return env
+
+    # ---- child verbs (transaction / macro steps) ----------------------------------------------
+    async def run_child(self, parent: VerbContext, name: str, raw_args: Mapping[str, Any]) -> dict[str, Any]:
+        """Run one step inside the parent's transaction: gates, cap, handler, audit row.
+
+        Consent is the parent's (its class is the highest of its steps). Raises VerbError.
+        """
+        verb = self.registry.get(name)
+        gate = gates(verb, parent.principal, name, raw_args, parent.company.tier, self.registry)
+        if isinstance(gate, Decision):
+            raise gate.error()
+        assert verb is not None
+        cls, _, digest, args = gate
+        if cls is RiskClass.IRREVERSIBLE or verb.shape in ("transaction", "macro", "revert"):
+            raise VerbError("step_class_not_allowed", f"{name} cannot be a step")
+        conn, now, t0 = parent.conn, parent.now, time.perf_counter()
+        cap = cap_class_for(verb, parent.principal, cls)
+        await self._count(conn, parent.principal, parent.company, verb, cap, args, now)
+        ctx = VerbContext(
+            conn,
+            args,
+            parent.principal,
+            parent.company,
+            now,
+            verb,
+            self,
+            transaction_id=parent.transaction_id,
+        )
+        result = dict(await verb.handler(ctx))
+        decision = Decision("execute", cls, digest=digest, approval={"via": parent.verb.name})
+        entry = self._entry(
+            parent.principal,
+            parent.company,
+            Call(name, raw_args),
+            verb,
+            decision,
+            "allowed",
+            "completed",
+            now,
+        )
+        write = cls is not RiskClass.READ
+        entry.update(
+            elapsed_us=int((time.perf_counter() - t0) * 1e6),
+            entity=ctx.entity,
+            transaction_id=parent.transaction_id,
+            reversible=write and verb.policy.revert is not None,
+            rollback_handle=ctx.rollback_handle,
+            revert_data=ctx.revert_data,
+        )
+        audit_id, _ = await audit.append(conn, parent.company.id, entry)
+        parent.children.append(audit_id)
+        receipt = {"verb": name, "status": "completed", "audit_id": audit_id}
+        if ctx.rollback_handle:
+            receipt["rollback_handle"] = ctx.rollback_handle
+        return {**receipt, "result": result}

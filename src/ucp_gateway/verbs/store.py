@@ -1,0 +1,170 @@
+"""SQL for the runtime's own tables: idempotency records, daily caps, nonces, per-principal usage.
+
+Every function runs inside the caller's tenant transaction (RLS binds it to one company). The
+concurrency guarantees come from PostgreSQL, not from the process, so replicas share them:
+- an idempotency key is claimed by an INSERT in the executing transaction, so a concurrent
+  duplicate blocks on the unique index and then reads the committed receipt;
+- a cap is reserved with ``INSERT .. ON CONFLICT DO UPDATE .. WHERE used < limit`` (row lock);
+- a nonce is consumed by inserting its id (primary key), in the executing transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+__all__ = [
+    "cap_used",
+    "claim_key",
+    "consume_nonce",
+    "count_principal",
+    "finish_key",
+    "principal_used",
+    "reserve_cap",
+    "stored_key",
+]
+
+
+async def stored_key(
+    conn: asyncpg.Connection, principal: str, verb: str, key: str, now: datetime
+) -> tuple[str, dict[str, Any] | None] | None:
+    """``(args_digest, envelope)`` stored under a live key, or None."""
+    r = await conn.fetchrow(
+        "SELECT args_digest, envelope FROM verb_idempotency "
+        "WHERE principal = $1 AND verb = $2 AND key = $3 AND expires_at > $4",
+        principal,
+        verb,
+        key,
+        now,
+    )
+    return (r["args_digest"], r["envelope"]) if r else None
+
+
+async def claim_key(
+    conn: asyncpg.Connection,
+    company_id: UUID,
+    principal: str,
+    verb: str,
+    key: str,
+    digest: str,
+    now: datetime,
+    ttl_seconds: int,
+) -> bool:
+    """Claim the key for this execution (True), or False when a live record exists (replay/conflict).
+
+    An expired record is taken over. A concurrent claimant waits for this transaction to end.
+    """
+    r = await conn.fetchval(
+        "INSERT INTO verb_idempotency AS i (company_id, principal, verb, key, args_digest, created_at, expires_at) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7) "
+        "ON CONFLICT (company_id, principal, verb, key) DO UPDATE SET args_digest = EXCLUDED.args_digest, "
+        " envelope = NULL, audit_id = NULL, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at "
+        "WHERE i.expires_at <= EXCLUDED.created_at RETURNING true",
+        company_id,
+        principal,
+        verb,
+        key,
+        digest,
+        now,
+        now + timedelta(seconds=ttl_seconds),
+    )
+    return bool(r)
+
+
+async def finish_key(
+    conn: asyncpg.Connection, principal: str, verb: str, key: str, envelope: dict[str, Any], audit_id: int
+) -> None:
+    """Store the envelope to replay under the claimed key (same transaction as the effects)."""
+    await conn.execute(
+        "UPDATE verb_idempotency SET envelope = $4::jsonb, audit_id = $5 WHERE principal = $1 AND verb = $2 AND key = $3",
+        principal,
+        verb,
+        key,
+        envelope,
+        audit_id,
+    )
+
+
+async def cap_used(conn: asyncpg.Connection, cap_class: str, day: date) -> int:
+    """Executions counted today against ``cap_class``."""
+    v = await conn.fetchval(
+        "SELECT used FROM verb_daily_usage WHERE cap_class = $1 AND day = $2", cap_class, day
+    )
+    return int(v or 0)
+
+
+async def reserve_cap(
+    conn: asyncpg.Connection, company_id: UUID, cap_class: str, day: date, limit: int
+) -> bool:
+    """Count one execution if today's count is below ``limit``; False when the cap is reached.
+
+    Released automatically when the transaction rolls back (a failed execution does not count).
+    """
+    if limit <= 0:
+        return False
+    v = await conn.fetchval(
+        "INSERT INTO verb_daily_usage AS u (company_id, cap_class, day, used) VALUES ($1, $2, $3, 1) "
+        "ON CONFLICT (company_id, cap_class, day) DO UPDATE SET used = u.used + 1 WHERE u.used < $4 RETURNING used",
+        company_id,
+        cap_class,
+        day,
+        limit,
+    )
+    return v is not None
+
+
+async def consume_nonce(conn: asyncpg.Connection, company_id: UUID, nonce_id: str, now: datetime) -> bool:
+    """Mark a consent nonce used; False if it was used before (``nonce_used``)."""
+    v = await conn.fetchval(
+        "INSERT INTO verb_nonces (company_id, nonce_id, used_at) VALUES ($1, $2, $3) "
+        "ON CONFLICT DO NOTHING RETURNING true",
+        company_id,
+        nonce_id,
+        now,
+    )
+    return bool(v)
+
+
+async def principal_used(
+    conn: asyncpg.Connection, principal: str, limit_key: str, day: date
+) -> tuple[int, int]:
+    """``(calls, amount)`` of one principal today under ``limit_key``."""
+    r = await conn.fetchrow(
+        "SELECT calls, amount FROM verb_principal_usage WHERE principal = $1 AND limit_key = $2 AND day = $3",
+        principal,
+        limit_key,
+        day,
+    )
+    return (int(r["calls"]), int(r["amount"])) if r else (0, 0)
+
+
+async def count_principal(
+    conn: asyncpg.Connection,
+    company_id: UUID,
+    principal: str,
+    limit_key: str,
+    day: date,
+    amount: int,
+    max_calls: int | None,
+    max_amount: int | None,
+) -> bool:
+    """Atomically count one call (and ``amount`` minor units) within the limits; False when over."""
+    v = await conn.fetchval(
+        "INSERT INTO verb_principal_usage AS u (company_id, principal, limit_key, day, calls, amount) "
+        "SELECT $1, $2, $3, $4, 1, $5 WHERE ($6::int IS NULL OR $6 >= 1) AND ($7::bigint IS NULL OR $5 <= $7) "
+        "ON CONFLICT (company_id, principal, limit_key, day) DO UPDATE SET calls = u.calls + 1, "
+        " amount = u.amount + EXCLUDED.amount "
+        "WHERE ($6::int IS NULL OR u.calls < $6) AND ($7::bigint IS NULL OR u.amount + EXCLUDED.amount <= $7) "
+        "RETURNING calls",
+        company_id,
+        principal,
+        limit_key,
+        day,
+        amount,
+        max_calls,
+        max_amount,
+    )
+    return v is not None

@@ -1,0 +1,150 @@
+"""HTTP front door: the public manifest and ``POST /api/v1/agent/dispatch`` (thin adapters).
+
+- ``GET /api/v1/agent/verbs?surface=&shape=``: bare JSON array of VerbRecords, public,
+  ``Cache-Control: public, max-age=300`` and a strong ETag (304 on If-None-Match).
+- ``GET /api/v1/agent/verbs/{name}``: one VerbRecord.
+- ``POST /api/v1/agent/dispatch`` on a company's host: ``{verb, args, confirm?, typed_phrase?, nonce?}``
+  plus an optional ``Idempotency-Key`` header; answers the envelope. Denials are 200 with
+  ``ok:false``; 401 when unauthenticated, 400 for a malformed body, 404 off a company host.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
+from ..tenancy import resolve_host
+from .auth import Authenticator, staff_token_authenticator
+from .decide import Call
+from .dispatcher import Dispatcher
+from .manifest import etag, listed, manifest_bytes, published
+from .policy import SURFACES, Principal
+from .providers import build_registry
+from .registry import Registry
+from .schemas import SHAPES
+
+__all__ = ["VERBS", "VerbsRuntime", "setup"]
+
+
+@dataclass
+class VerbsRuntime:
+    """The app's verb runtime: registry (built at setup; register more before startup),
+    authenticator (pluggable) and dispatcher (created at startup, when the database is open)."""
+
+    registry: Registry
+    authenticator: Authenticator = staff_token_authenticator
+    dispatcher: Dispatcher | None = None
+    manifest_cache: dict[Any, tuple[bytes, str]] = field(default_factory=dict)
+
+
+VERBS = web.AppKey("verbs", VerbsRuntime)
+
+
+def _envelope(status: int, verb: str, reason: str, message: str) -> web.Response:
+    body = {"ok": False, "verb": verb, "error": {"reason": reason, "message": message}}
+    return web.json_response(body, status=status)
+
+
+async def manifest(request: web.Request) -> web.Response:
+    surface, shape = request.query.get("surface"), request.query.get("shape")
+    if surface is not None and surface not in SURFACES:
+        return _envelope(
+            400, "capability.manifest", "invalid_arguments", f"surface must be one of {', '.join(SURFACES)}"
+        )
+    if shape is not None and shape not in SHAPES:
+        return _envelope(400, "capability.manifest", "invalid_arguments", "unknown shape")
+    app = request.app
+    reg, cache = app[VERBS].registry, app[VERBS].manifest_cache
+    ck = (surface, shape, reg.version)
+    if ck not in cache:
+        body = manifest_bytes(published(listed(reg, surface=surface, shape=shape)))
+        cache.clear() if len(cache) > 64 else None
+        cache[ck] = (body, etag(body))
+    body, tag = cache[ck]
+    headers = {"Cache-Control": f"public, max-age={app[SETTINGS].verbs_manifest_max_age}", "ETag": tag}
+    if tag in [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]:
+        return web.Response(status=304, headers=headers)
+    return web.Response(body=body, content_type="application/json", headers=headers)
+
+
+async def verb_detail(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    found = [v for v in listed(request.app[VERBS].registry) if v.name == name]
+    if not found:
+        return _envelope(404, name[:100], "unknown_verb", f"No verb named {name!r}.")
+    headers = {"Cache-Control": f"public, max-age={request.app[SETTINGS].verbs_manifest_max_age}"}
+    return web.json_response(dict(found[0].record), headers=headers)
+
+
+def _parse(raw: bytes, header_key: str | None) -> Call | str:
+    try:
+        body = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError):
+        return "body is not JSON"
+    if not isinstance(body, dict) or not isinstance(body.get("verb"), str) or not body["verb"]:
+        return "body must be an object with a string 'verb'"
+    args = body.get("args", {})
+    if not isinstance(args, dict):
+        return "'args' must be an object"
+    confirm = body.get("confirm", args.get("_confirmed", False))
+    for k, typ in (("typed_phrase", str), ("nonce", str), ("idempotency_key", str)):
+        if body.get(k) is not None and not isinstance(body[k], typ):
+            return f"'{k}' must be a string"
+    if not isinstance(confirm, bool):
+        return "'confirm' must be a boolean"
+    key = header_key or body.get("idempotency_key")
+    if key is not None and not (1 <= len(key) <= 128 and key.isprintable()):
+        return "idempotency key must be 1-128 printable characters"
+    return Call(body["verb"][:200], args, confirm, body.get("typed_phrase"), body.get("nonce"), key)
+
+
+async def dispatch(request: web.Request) -> web.Response:
+    app = request.app
+    pool = app[DATABASE].pool
+    company = request.get(REQ_COMPANY) if REQ_COMPANY in request else await resolve_host(pool, request.host)
+    if company is None:
+        return _envelope(404, "?", "company_not_found", "This host serves no company.")
+    principal = request.get(REQ_PRINCIPAL)
+    if not isinstance(principal, Principal) or principal.company_id != company.id:
+        principal = await app[VERBS].authenticator(
+            pool, company, request.headers.get("Authorization"), request
+        )
+    if principal is None:
+        resp = _envelope(
+            401, "?", "auth_required", "Authenticate with a staff token (Authorization: Bearer ...)."
+        )
+        resp.headers["WWW-Authenticate"] = "Bearer"
+        return resp
+    raw = request[REQ_RAW_BODY] if REQ_RAW_BODY in request else await request.read()
+    call = _parse(raw, request.headers.get("Idempotency-Key"))
+    if isinstance(call, str):
+        return _envelope(400, "?", "invalid_request", call)
+    dispatcher = app[VERBS].dispatcher
+    assert dispatcher is not None, "verbs runtime not started"
+    env = await dispatcher.dispatch(principal, call, company=company)
+    return web.json_response(env)
+
+
+async def _runtime(app: web.Application) -> AsyncIterator[None]:
+    rt = app[VERBS]
+    rt.dispatcher = Dispatcher(
+        rt.registry, app[DATABASE].pool, app[SETTINGS], app[CLOCK] if CLOCK in app else None
+    )
+    yield
+    rt.dispatcher = None
+
+
+def setup(app: web.Application, registry: Registry | None = None) -> None:
+    """Add the verb routes and the runtime's startup to ``app`` (needs SETTINGS and DATABASE by
+    startup; CLOCK optional). ``app[VERBS]`` holds the registry (other components may register
+    verbs on it before startup) and the pluggable authenticator."""
+    app[VERBS] = VerbsRuntime(registry if registry is not None else build_registry())
+    app.router.add_get("/api/v1/agent/verbs", manifest)
+    app.router.add_get("/api/v1/agent/verbs/{name}", verb_detail)
+    app.router.add_post("/api/v1/agent/dispatch", dispatch)
+    app.cleanup_ctx.append(_runtime)

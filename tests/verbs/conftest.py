@@ -1,0 +1,95 @@
+"""Fixtures for the verb runtime: the flower-shop company with its catalogue and demo rows, a
+frozen clock, and a dispatcher on the real test database."""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import UTC, datetime
+from importlib import resources
+
+import pytest
+
+from ucp_gateway.clock import FrozenClock
+from ucp_gateway.db import tenant_tx
+from ucp_gateway.tenancy import create_company
+from ucp_gateway.verbs import Call, Dispatcher, Principal, build_registry
+from ucp_gateway.verbs.demo import seed_verb_demo
+
+T0 = datetime(2026, 4, 8, 12, 0, tzinfo=UTC)
+
+
+def _rows(name: str) -> list[dict[str, str]]:
+    text = resources.files("ucp_gateway").joinpath("demo/data").joinpath(name).read_text("utf-8")
+    return list(csv.DictReader(text.splitlines()))
+
+
+async def load_catalog(pool, company_id) -> None:
+    """The flower-shop CSVs into the catalogue tables (what the lead's demo seed does)."""
+    async with tenant_tx(pool, company_id) as c:
+        for r in _rows("products.csv"):
+            await c.execute("INSERT INTO products (company_id, id, title, price, image_url) VALUES ($1,$2,$3,$4,$5)",
+                            company_id, r["id"], r["title"], int(r["price"]), r["image_url"])
+        for r in _rows("inventory.csv"):
+            await c.execute("INSERT INTO inventory VALUES ($1,$2,$3)", company_id, r["product_id"], int(r["quantity"]))
+        for r in _rows("discounts.csv"):
+            await c.execute("INSERT INTO discounts (company_id, code, type, value, currency, description) "
+                            "VALUES ($1,$2,$3,$4,$5,$6)", company_id, r["code"], r["type"], int(r["value"]),
+                            "USD" if r["type"] == "fixed_amount" else None, r["description"])
+        for r in _rows("promotions.csv"):
+            await c.execute("INSERT INTO promotions (company_id, id, type, min_subtotal, eligible_item_ids, description) "
+                            "VALUES ($1,$2,$3,$4,$5,$6)", company_id, r["id"], r["type"],
+                            int(r["min_subtotal"]) if r["min_subtotal"] else None,
+                            json.loads(r["eligible_item_ids"]) if r["eligible_item_ids"] else [], r["description"])
+        for r in _rows("shipping_rates.csv"):
+            await c.execute("INSERT INTO shipping_rates (company_id, id, country_code, service_level, price, title) "
+                            "VALUES ($1,$2,$3,$4,$5,$6)", company_id, r["id"], r["country_code"], r["service_level"],
+                            int(r["price"]), r["title"])
+        for r in _rows("customers.csv"):
+            await c.execute("INSERT INTO customers VALUES ($1,$2,$3,$4)", company_id, r["id"], r["name"], r["email"])
+        for r in _rows("addresses.csv"):
+            await c.execute("INSERT INTO addresses VALUES ($1,$2,$3,$4,$5,$6,$7,$8)", company_id, r["id"],
+                            r["customer_id"], r["street_address"], r["city"], r["state"], r["postal_code"], r["country"])
+        for r in _rows("payment_instruments.csv"):
+            await c.execute("INSERT INTO payment_instruments VALUES ($1,$2,$3,$4,$5,$6,$7)", company_id, r["id"],
+                            r["type"], r["brand"], r["last_digits"], r["token"], r["handler_id"])
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock(T0)
+
+
+@pytest.fixture
+async def shop(database):
+    company = await create_company(database.pool, slug="flower-shop", display_name="Flower Shop",
+                                   hostnames=["flower-shop.test"], tier="growth")
+    await load_catalog(database.pool, company.id)
+    await seed_verb_demo(database.pool, company.id, T0)
+    return company
+
+
+@pytest.fixture
+def registry():
+    return build_registry()
+
+
+@pytest.fixture
+def dispatcher(database, db_settings, clock, registry) -> Dispatcher:
+    return Dispatcher(registry, database.pool, db_settings, clock)
+
+
+def staff(company, role: str = "owner", subject: str = "alice", transport: str = "http") -> Principal:
+    return Principal("staff", company.id, role, subject, transport)
+
+
+async def run(d: Dispatcher, principal: Principal, verb: str, args=None, **kw) -> dict:
+    return await d.dispatch(principal, Call(verb, args or {}, **kw))
+
+
+async def confirm_phrase(d: Dispatcher, principal: Principal, verb: str, args: dict, **kw) -> dict:
+    """Preflight, then confirm with the exact phrase and nonce."""
+    pre = await run(d, principal, verb, args)
+    assert pre["error"]["reason"] == "dispatch_pending", pre
+    p = pre["pending"]
+    return await run(d, principal, verb, args, confirm=True, typed_phrase=p["required_phrase"], nonce=p["nonce"], **kw)

@@ -1,0 +1,207 @@
+"""The pure decision function: every reason it can give, and the nonce (no database, no clock)."""
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ucp_gateway.verbs import (
+    Call,
+    Inputs,
+    Principal,
+    PrincipalLimit,
+    Registry,
+    RiskClass,
+    VerbPolicy,
+    build_registry,
+    decide,
+    format_money,
+)
+from ucp_gateway.verbs.consent import args_digest, issue_nonce, key_id, verify_nonce
+
+NOW = datetime(2026, 4, 8, 12, 0, tzinfo=UTC)
+SECRET = b"s" * 32
+KID = key_id(SECRET)
+CO = uuid.UUID(int=1)
+REG = build_registry()
+REFUND = {"order_id": "ord_42", "amount": 1250, "currency": "USD"}
+
+
+def P(role="owner", kind="staff", subject="alice", transport="http", company=CO):
+    return Principal(kind, company, role, subject, transport)
+
+
+def I(**kw):
+    base = {"company_tier": "growth", "secrets": {KID: SECRET}, "current_kid": KID, "now": NOW,
+            "fresh_nonce_id": "0123456789abcdef"}
+    return Inputs(**{**base, **kw})
+
+
+def D(verb, args=None, p=None, inputs=None, reg=REG, **call):
+    return decide(reg.get(verb), p or P(), Call(verb, args if args is not None else {}, **call), inputs or I(), reg)
+
+
+def test_money_and_phrase():
+    assert format_money(1250, "USD") == "$12.50"
+    assert format_money(5000, "EUR") == "EUR 50.00"
+    assert format_money(500, "JPY") == "JPY 500"
+    assert format_money(1234, "KWD") == "KWD 1.234"
+    d = D("payments.refund", REFUND)
+    assert d.outcome == "pending" and d.pending["required_phrase"] == "REFUND $12.50 on order #ord_42"
+
+
+@pytest.mark.parametrize("name", ["subscription_cancel_immediate", "customer_delete", "company_delete",
+                                  "employee_terminate", "customer.delete", "Customer_Delete", "COMPANY.DELETE"])
+@pytest.mark.parametrize("role", ["read_only", "employee", "admin", "owner"])
+def test_blocked_whatever_the_role(name, role):
+    d = D(name, {}, P(role), confirm=True, typed_phrase="x", nonce="y")
+    assert (d.outcome, d.reason) == ("deny", "blocked_verb")
+
+
+def test_blocked_class():
+    r = Registry()
+    r.register({"name": "ops.wipe", "description": "x", "shape": "receipt", "side_effects": "write",
+                "input_schema": {"type": "object"}}, VerbPolicy(RiskClass.BLOCKED), lambda c: None)
+    assert D("ops.wipe", {}, reg=r).reason == "blocked_verb"
+
+
+def test_unknown_and_admin_only():
+    assert D("nope.nothing").reason == "unknown_verb"
+    r = Registry()
+    r.register({"name": "ops.stats", "description": "x", "shape": "aggregate", "input_schema": {"type": "object"}},
+               VerbPolicy(admin_only=True), lambda c: None)
+    assert D("ops.stats", {}, P("employee"), reg=r).reason == "unknown_verb"
+    assert D("ops.stats", {}, P("admin"), reg=r).outcome == "execute"
+
+
+def test_surface_reserved_and_arguments():
+    assert D("payments.refund", REFUND, P(transport="ucp")).reason == "surface_not_allowed"
+    d = D("customer.context", {"customer_id": "c", "company_id": "other"})
+    assert (d.reason, d.path) == ("reserved_arg", "$.company_id")
+    d = D("customer.context", {"customer_id": 5})
+    assert d.reason == "invalid_arguments" and d.path == "$.customer_id"
+    d = D("transaction", {"steps": [{"verb": "crm_contact_update", "args": {}, "bogus": 1}]})
+    assert d.reason == "invalid_arguments" and d.path.startswith("$.steps[0]")
+    assert D("customer.context", {}).path == "$"
+
+
+def test_tier_denied():
+    r = Registry()
+    r.register({"name": "x.pro_report", "description": "x", "shape": "aggregate", "tier_floor": "pro",
+                "input_schema": {"type": "object"}}, VerbPolicy(), lambda c: None)
+    assert D("x.pro_report", {}, reg=r).reason == "tier_denied"
+    assert D("x.pro_report", {}, reg=r, inputs=I(company_tier="enterprise")).outcome == "execute"
+
+
+@pytest.mark.parametrize("verb,args,floor", [
+    ("customer.context", {"customer_id": "c"}, "read_only"),
+    ("crm_contact_update", {"contact_id": 1, "status": "vip"}, "employee"),
+    ("payments.refund", REFUND, "admin"),
+    ("gdpr_delete_contact", {"contact_id": 1}, "owner"),
+])
+def test_role_floors(verb, args, floor):
+    roles = ["read_only", "employee", "admin", "owner"]
+    for role in roles:
+        d = D(verb, args, P(role))
+        if roles.index(role) < roles.index(floor):
+            assert d.reason == "role_denied", (verb, role)
+        else:
+            assert d.outcome in ("execute", "pending"), (verb, role, d)
+
+
+def test_click_consent():
+    a = {"contact_id": 1, "status": "vip"}
+    d = D("crm_contact_update", a, P("employee"))
+    assert (d.outcome, d.reason, d.pending["confirm"]) == ("pending", "dispatch_pending", "click")
+    assert D("crm_contact_update", {**a, "_confirmed": True}, P("employee")).outcome == "pending"
+    assert D("crm_contact_update", a, P("employee"), confirm=True).outcome == "execute"
+
+
+def _nonce(**kw):
+    base = {"verb": "payments.refund", "digest": args_digest(REFUND), "company_id": str(CO),
+            "principal": "staff:alice", "phrase": "REFUND $12.50 on order #ord_42",
+            "issued_at": int(NOW.timestamp()), "nonce_id": "0123456789abcdef"}
+    return issue_nonce(SECRET, **{**base, **kw})
+
+
+def confirm(args=REFUND, p=None, phrase="REFUND $12.50 on order #ord_42", nonce=None, inputs=None):
+    return D("payments.refund", args, p, inputs, confirm=True, typed_phrase=phrase, nonce=nonce or _nonce())
+
+
+def test_typed_phrase_happy_path():
+    pre = D("payments.refund", REFUND)
+    d = confirm(nonce=pre.pending["nonce"])
+    assert d.outcome == "execute" and d.approval["nonce_id"] == "0123456789abcdef"
+    assert confirm(phrase="  REFUND $12.50 on order #ord_42 ").outcome == "execute"  # NFC + strip
+
+
+def test_nonce_failures():
+    assert confirm(phrase="refund $12.50 on order #ord_42").reason == "phrase_mismatch"
+    assert confirm(args={**REFUND, "amount": 1300}).reason == "nonce_invalid"  # other arguments
+    assert confirm(p=P(subject="bob")).reason == "nonce_invalid"  # other principal
+    assert confirm(p=P(company=uuid.UUID(int=2))).reason == "nonce_invalid"  # other company
+    assert confirm(nonce=_nonce(verb="gdpr_delete_contact")).reason == "nonce_invalid"  # other verb
+    tampered = _nonce()[:-2] + ("AA" if not _nonce().endswith("AA") else "BB")
+    assert confirm(nonce=tampered).reason == "nonce_invalid"
+    assert confirm(nonce="v1.garbage").reason == "nonce_invalid"
+    assert D("payments.refund", REFUND, confirm=True, typed_phrase="x").reason == "nonce_invalid"  # missing
+    other_key = issue_nonce(b"t" * 32, verb="payments.refund", digest=args_digest(REFUND), company_id=str(CO),
+                            principal="staff:alice", phrase="REFUND $12.50 on order #ord_42",
+                            issued_at=int(NOW.timestamp()), nonce_id="0123456789abcdef")
+    assert confirm(nonce=other_key).reason == "nonce_invalid"
+    late = I(now=NOW + timedelta(seconds=301))
+    assert confirm(inputs=late).reason == "nonce_expired"
+    assert confirm(inputs=I(now=NOW + timedelta(seconds=300))).outcome == "execute"
+
+
+def test_verify_nonce_rotation():
+    prev = b"p" * 32
+    token = issue_nonce(prev, verb="v", digest="d", company_id="c", principal="p", phrase="X", issued_at=100,
+                        nonce_id="00000000000000ff")
+    keys = {KID: SECRET, key_id(prev): prev}
+    assert verify_nonce(token, keys, verb="v", digest="d", company_id="c", principal="p", phrase="X", now=120).ok
+    assert not verify_nonce(token, {KID: SECRET}, verb="v", digest="d", company_id="c", principal="p", phrase="X",
+                            now=120).ok
+
+
+def test_idempotency_and_caps():
+    a = {"contact_id": 1, "status": "vip"}
+    same = args_digest(a)
+    assert D("crm_contact_update", a, inputs=I(stored_digest=same)).outcome == "replay"
+    assert D("crm_contact_update", a, inputs=I(stored_digest="other")).reason == "idempotency_conflict"
+    d = D("crm_contact_update", a, inputs=I(cap_used=100, cap_limit=100), confirm=True)
+    assert d.reason == "daily_cap_exceeded"
+    d = D("crm_contact_update", a, inputs=I(cap_used=99, cap_limit=100), confirm=True)
+    assert d.outcome == "execute" and d.cap_class == "WRITE_REVERSIBLE"
+    assert D("payments.refund", REFUND, inputs=I(cap_used=25, cap_limit=25)).reason == "daily_cap_exceeded"
+    # a replay is answered before the cap: it costs nothing
+    assert D("crm_contact_update", a, inputs=I(stored_digest=same, cap_used=100, cap_limit=100)).outcome == "replay"
+
+
+def test_transaction_escalates_to_highest_step():
+    steps = {"steps": [{"verb": "crm_contact_update", "args": {"contact_id": 1, "status": "vip"}},
+                       {"verb": "payments.refund", "args": REFUND}]}
+    d = D("transaction", steps, P("admin"))
+    assert d.risk_class is RiskClass.WRITE_FINANCIAL and d.pending["required_phrase"] == "REFUND $12.50 on order #ord_42"
+    assert D("transaction", steps, P("employee")).reason == "role_denied"
+    bad = {"steps": [{"verb": "gdpr_delete_contact", "args": {"contact_id": 1}}]}
+    assert D("transaction", bad).reason == "step_class_not_allowed"
+
+
+def test_buyer_principal():
+    r = Registry()
+    r.register({"name": "checkout.complete", "description": "Pay.", "shape": "receipt", "side_effects": "write",
+                "input_schema": {"type": "object", "properties": {"amount": {"type": "integer"}}}},
+               VerbPolicy(RiskClass.WRITE_FINANCIAL, principals=frozenset({"buyer"}), consent="payment_credential",
+                          principal_limit=PrincipalLimit(calls=3, amount=10000, amount_arg="amount")),
+               lambda c: None)
+    buyer = P("buyer", kind="buyer", subject="https://agent.example/profile", transport="ucp")
+    d = D("checkout.complete", {"amount": 500}, buyer, reg=r)
+    assert d.outcome == "execute" and d.cap_class is None  # no typed phrase, no company cap
+    assert D("checkout.complete", {"amount": 500}, P("owner"), reg=r).reason == "role_denied"
+    assert D("checkout.complete", {"amount": 500}, buyer, reg=r, inputs=I(principal_used=(3, 0))).reason == \
+        "principal_limit_exceeded"
+    assert D("checkout.complete", {"amount": 600}, buyer, reg=r, inputs=I(principal_used=(1, 9500))).reason == \
+        "principal_limit_exceeded"
+    assert D("customer.context", {"customer_id": "c"}, buyer).reason == "role_denied"  # staff verb
+    assert D("capability.manifest", {}, buyer).outcome == "execute"
