@@ -1,0 +1,7 @@
+from __future__ import annotations
+
+__all__ = ["setup_routes"]
+
+
+def setup_routes(app):
+    pass
