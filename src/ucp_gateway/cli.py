@@ -30,7 +30,7 @@ from .logs import configure_logging
 __all__ = ["COMMAND_MODULES", "build_parser", "common_parser", "emit", "main"]
 
 # Modules with a ``register(subparsers)`` function; each adds its own commands.
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["ucp_gateway.verbs.cli", "ucp_gateway.transports.cli"]
 
 
 def common_parser() -> argparse.ArgumentParser:

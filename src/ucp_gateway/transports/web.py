@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from ..verbs.web import VERBS
 from . import webmcp
+from .auth import remote_authenticator
 from .ucp_mcp import MCP_PATH, MCP_TOOLS, mcp_error_middleware, mcp_get, mcp_post
 
 __all__ = ["setup"]
@@ -18,6 +20,8 @@ __all__ = ["setup"]
 def setup(app: web.Application) -> None:
     """Add the MCP and WebMCP routes and the MCP error middleware. Needs ``ucp_gateway.verbs.web.setup``
     to have run (``app[VERBS]``)."""
+    rt = app[VERBS]
+    rt.authenticator = remote_authenticator(rt.authenticator, rt.registry)
     if MCP_TOOLS not in app:
         app[MCP_TOOLS] = {}
     app.middlewares.insert(1 if len(app.middlewares) >= 1 else 0, mcp_error_middleware)
