@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     )
     verbs_manifest_max_age: int = Field(default=300, ge=0, description="Cache-Control max-age of the manifest.")
 
+    # --- transports (issue 7, ucp_gateway.transports) -----------------------------------------
+    webmcp_session_ttl: int = Field(
+        default=8 * 3600, ge=60, le=7 * 86400, description="Seconds a WebMCP browser session lives."
+    )
+
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, v: Path) -> Path:

@@ -40,8 +40,9 @@ async def gateway(database, db_settings):
     tokens = {r: await issue_staff_token(database.pool, company.id, r, f"{r}-user")
               for r in ("read_only", "employee", "admin", "owner")}  # fmt: skip
     app = create_app(db_settings, clock=clock, database=database)
-    verbs_web.setup(app)
-    tx_web.setup(app)
+    if verbs_web.VERBS not in app:  # COMPONENTS normally wires both
+        verbs_web.setup(app)
+        tx_web.setup(app)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -20,6 +20,7 @@ __all__ = ["setup"]
 def setup(app: web.Application) -> None:
     """Add the MCP and WebMCP routes and the MCP error middleware. Needs ``ucp_gateway.verbs.web.setup``
     to have run (``app[VERBS]``)."""
+    webmcp.setup_routes(app)  # first: it keeps the verbs runtime's own staff-token check
     rt = app[VERBS]
     rt.authenticator = remote_authenticator(rt.authenticator, rt.registry)
     if MCP_TOOLS not in app:
@@ -28,4 +29,3 @@ def setup(app: web.Application) -> None:
     app.router.add_post(MCP_PATH, mcp_post)
     app.router.add_get(MCP_PATH, mcp_get)
     app.router.add_delete(MCP_PATH, mcp_get)
-    webmcp.setup_routes(app)
