@@ -18,14 +18,17 @@ from .db import Database
 from .db.database import connect_database
 from .middleware import HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
 from .tenancy import HostCache
-from .transports import web as transports_web
-from .verbs import web as verbs_web
+from .transports.web import setup as transports_setup
+from .verbs.web import setup as verbs_setup
 
 __all__ = ["COMPONENTS", "create_app"]
 
 # Each entry adds one subsystem to the app (routes, middlewares, cleanup_ctx). Order matters for
 # middlewares: later entries run closer to the handler.
-COMPONENTS: list[Callable[[web.Application], None]] = [verbs_web.setup, transports_web.setup]
+COMPONENTS: list[Callable[[web.Application], None]] = [
+    verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
+    transports_setup,  # /ucp/mcp (UCP MCP binding), /api/v1/webmcp/*; after verbs_setup
+]
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -22,6 +22,7 @@ from ..db import Database, tenant_tx
 from ..db.database import owner_connect
 from ..errors import ConfigError
 from ..tenancy import Company, CompanyNotFound, create_company, get_company
+from ..verbs.demo.seed import demo_seeder as verbs_demo_seeder
 
 __all__ = ["DEMO_HOSTNAMES", "DEMO_SEEDERS", "DEMO_SLUG", "Catalogue", "SeedReport", "load_catalogue", "seed_demo"]
 
@@ -31,7 +32,9 @@ DEMO_HOSTNAMES = ("127.0.0.1", "localhost")
 DEMO_CURRENCY = "USD"
 
 # async def seeder(db, company, settings) -> None; must be idempotent like the catalogue seed.
-DEMO_SEEDERS: list[Callable[[Database, Company, Settings], Awaitable[None]]] = []
+DEMO_SEEDERS: list[Callable[[Database, Company, Settings], Awaitable[None]]] = [
+    verbs_demo_seeder,  # CRM contacts, back-office orders, a macro (verb runtime demo)
+]
 
 
 @dataclass(frozen=True, slots=True)

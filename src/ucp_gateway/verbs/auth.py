@@ -16,7 +16,7 @@ from uuid import UUID
 import asyncpg
 
 from ..db import tenant_tx
-from ..errors import BadRequest
+from ..errors import BadRequest, Unauthorized
 from ..tenancy import Company
 from .policy import ROLES, Principal
 
@@ -67,3 +67,29 @@ async def staff_token_authenticator(
     if row is None:
         return None
     return Principal("staff", company.id, row["role"], row["subject"], "http")
+
+
+async def admin_token_authenticator(pool: asyncpg.Pool, company: Company, authorization: str | None, request: Any):
+    """Company admin API tokens (``ucpat_...``, ``ucp_gateway.keys.admin_tokens``) -> staff Principal.
+
+    Returns None when that module is not installed, the token is not valid, or it belongs to
+    another company than the request's host.
+    """
+    try:
+        from ..keys.admin_tokens import authenticate_admin
+    except ImportError:
+        return None
+    try:
+        staff = await authenticate_admin(pool, authorization)
+    except Unauthorized:
+        return None
+    if staff.company_id != company.id:
+        return None
+    return Principal("staff", company.id, staff.role, getattr(staff, "actor", str(staff.token_id)), "http")
+
+
+async def default_authenticator(pool: asyncpg.Pool, company: Company, authorization: str | None, request: Any):
+    """Admin API tokens first, then the runtime's own staff tokens."""
+    return await admin_token_authenticator(pool, company, authorization, request) or await staff_token_authenticator(
+        pool, company, authorization, request
+    )

@@ -225,7 +225,7 @@ async def _reputation(ctx: VerbContext) -> dict[str, Any]:
         " percentile_cont(0.95) WITHIN GROUP (ORDER BY (l.entry->>'elapsed_us')::bigint) "
         "   FILTER (WHERE l.decision = 'allowed') AS p95_us "
         "FROM verb_audit_log l LEFT JOIN verb_reversals r ON r.audit_id = l.audit_id "
-        "WHERE l.created_at > $1 - make_interval(days => $2) AND ($3::text IS NULL OR l.verb = $3) "
+        "WHERE l.created_at > $1::timestamptz - make_interval(days => $2) AND ($3::text IS NULL OR l.verb = $3) "
         " AND l.decision <> 'pending' AND l.decision <> 'replayed' "
         "GROUP BY l.verb ORDER BY l.verb",
         ctx.now,

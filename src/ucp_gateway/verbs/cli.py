@@ -111,23 +111,25 @@ async def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``verbs``, ``agent`` and ``audit`` commands to the ``ucp-gateway`` parser."""
+    from ..cli import common_parser
+
+    common = [common_parser()]  # --data-dir, --json
     verbs = sub.add_parser("verbs", help="the verb registry").add_subparsers(dest="verbs_cmd", required=True)
-    p = verbs.add_parser("list", help="list verbs (the public manifest)")
-    p.add_argument("--json", action="store_true")
+    p = verbs.add_parser("list", parents=common, help="list verbs (the public manifest)")
     p.add_argument("--surface", choices=SURFACES)
     p.add_argument("--shape", choices=SHAPES)
     p.set_defaults(func=cmd_verbs_list)
-    p = verbs.add_parser("token", help="issue a staff bearer token for the HTTP front door")
+    p = verbs.add_parser("token", parents=common, help="issue a staff bearer token for the HTTP front door")
     p.add_argument("--company", required=True)
     p.add_argument("--role", required=True, choices=ROLES)
     p.add_argument("--subject", required=True)
     p.set_defaults(func=cmd_token)
-    p = verbs.add_parser("seed-demo", help="seed CRM contacts, orders and a macro for the demo verbs")
+    p = verbs.add_parser("seed-demo", parents=common, help="seed CRM contacts, orders and a macro for the demo verbs")
     p.add_argument("--company", required=True)
     p.set_defaults(func=cmd_seed)
 
     agent = sub.add_parser("agent", help="act as an agent").add_subparsers(dest="agent_cmd", required=True)
-    p = agent.add_parser("dispatch", help="dispatch one verb through the local runtime")
+    p = agent.add_parser("dispatch", parents=common, help="dispatch one verb through the local runtime")
     p.add_argument("verb")
     p.add_argument("--company", required=True)
     p.add_argument("--as", dest="role", required=True, choices=ROLES)
@@ -137,11 +139,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--phrase")
     p.add_argument("--nonce")
     p.add_argument("--idempotency-key")
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_dispatch)
 
     audit = sub.add_parser("audit", help="the verb audit log").add_subparsers(dest="audit_cmd", required=True)
-    p = audit.add_parser("verify", help="verify a company's hash chain")
+    p = audit.add_parser("verify", parents=common, help="verify a company's hash chain")
     p.add_argument("--company", required=True)
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_audit_verify)

@@ -19,13 +19,13 @@ def load_nonce_secrets(settings: Settings) -> tuple[str, dict[str, bytes]]:
     """Return ``(current_kid, {kid: secret})`` (current plus the optional previous secret).
 
     ``Settings.verbs_nonce_secret`` wins; otherwise, in development only, a 32-byte secret is
-    generated once at ``<data_dir>/verbs-nonce.secret`` with mode 0600. Production without a secret
+    generated once at ``<data_dir>/verbs-nonce.secret`` with mode 0600 (development or demo). Production without a secret
     fails closed. The secret is never logged.
     Raises: NonceSecretError.
     """
     if settings.verbs_nonce_secret is not None:
         current = settings.verbs_nonce_secret.get_secret_value().encode()
-    elif settings.dev_mode:
+    elif settings.dev_mode or settings.demo:
         current = _dev_secret(Path(settings.data_dir) / DEV_SECRET_FILE)
     else:
         raise NonceSecretError("UCPGW_VERBS_NONCE_SECRET is required outside development")

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
 from ..tenancy import resolve_host
-from .auth import Authenticator, staff_token_authenticator
+from .auth import Authenticator, default_authenticator
 from .decide import Call
 from .dispatcher import Dispatcher
 from .manifest import etag, listed, manifest_bytes, published
@@ -37,7 +37,7 @@ class VerbsRuntime:
     authenticator (pluggable) and dispatcher (created at startup, when the database is open)."""
 
     registry: Registry
-    authenticator: Authenticator = staff_token_authenticator
+    authenticator: Authenticator = default_authenticator
     dispatcher: Dispatcher | None = None
     manifest_cache: dict[Any, tuple[bytes, str]] = field(default_factory=dict)
 

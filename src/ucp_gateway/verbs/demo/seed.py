@@ -14,7 +14,7 @@ import asyncpg
 from ...db import tenant_tx
 from .pricing import price_order
 
-__all__ = ["seed_verb_demo"]
+__all__ = ["demo_seeder", "seed_verb_demo"]
 
 # (order id, customer, [(product, qty)], discount code, shipping rate, days ago)
 _ORDERS = [
@@ -103,3 +103,10 @@ async def seed_verb_demo(pool: asyncpg.Pool, company_id: UUID, now: datetime) ->
                 now,
             )
     return made
+
+
+async def demo_seeder(db, company, settings) -> None:
+    """``ucp_gateway.demo.DEMO_SEEDERS`` entry: seed the verb demo rows (idempotent)."""
+    from ...clock import SystemClock
+
+    await seed_verb_demo(db.pool, company.id, SystemClock().now())

@@ -1,0 +1,97 @@
+"""HTTP front door on the real app: manifest caching, dispatch statuses, staff tokens, Idempotency-Key."""
+
+import pytest
+
+from ucp_gateway.app import create_app
+from ucp_gateway.verbs.auth import issue_staff_token
+from ucp_gateway.verbs.schemas import envelope_validator, record_validator
+from ucp_gateway.verbs.web import VERBS
+
+HOST = {"Host": "flower-shop.test"}
+
+
+@pytest.fixture
+async def client(aiohttp_client, shop, database, db_settings, clock):
+    app = create_app(db_settings, clock=clock, database=database)
+    return await aiohttp_client(app)
+
+
+async def token(database, shop, role):
+    return {**HOST, "Authorization": "Bearer " + await issue_staff_token(database.pool, shop.id, role, f"{role}-user")}
+
+
+async def test_manifest_public_cached_filtered(client):
+    r = await client.get("/api/v1/agent/verbs")
+    assert r.status == 200 and r.headers["Cache-Control"] == "public, max-age=300"
+    records = await r.json()
+    assert all(record_validator().is_valid(x) for x in records) and len(records) == 20
+    tag = r.headers["ETag"]
+    again = await client.get("/api/v1/agent/verbs", headers={"If-None-Match": tag})
+    assert again.status == 304
+    ucp = await (await client.get("/api/v1/agent/verbs?surface=ucp")).json()
+    assert all("ucp" in x["surfaces"] for x in ucp) and "payments.refund" not in {x["name"] for x in ucp}
+    previews = await (await client.get("/api/v1/agent/verbs?shape=preview")).json()
+    assert {x["shape"] for x in previews} == {"preview"}
+    assert (await client.get("/api/v1/agent/verbs?surface=graphql")).status == 400
+    one = await client.get("/api/v1/agent/verbs/payments.refund")
+    assert (await one.json())["name"] == "payments.refund"
+    assert (await client.get("/api/v1/agent/verbs/customer_delete")).status == 404
+
+
+async def test_new_verb_changes_etag(client):
+    tag = (await client.get("/api/v1/agent/verbs")).headers["ETag"]
+    from ucp_gateway.verbs import RiskClass, VerbPolicy
+
+    async def h(ctx):
+        return {"entity_id": 1, "data": {}}
+
+    client.app[VERBS].registry.register({"name": "late.arrival", "description": "x", "shape": "aggregate",
+                                         "input_schema": {"type": "object"}}, VerbPolicy(RiskClass.READ), h)
+    r = await client.get("/api/v1/agent/verbs", headers={"If-None-Match": tag})
+    assert r.status == 200 and r.headers["ETag"] != tag
+    assert "late.arrival" in {x["name"] for x in await r.json()}
+
+
+async def test_dispatch_statuses(client, database, shop):
+    body = {"verb": "customer.context", "args": {"customer_id": "cust_1"}}
+    assert (await client.post("/api/v1/agent/dispatch", json=body, headers=HOST)).status == 401
+    bad = {**HOST, "Authorization": "Bearer ucpgw_st_nope"}
+    assert (await client.post("/api/v1/agent/dispatch", json=body, headers=bad)).status == 401
+    h = await token(database, shop, "read_only")
+    r = await client.post("/api/v1/agent/dispatch", json=body, headers=h)
+    env = await r.json()
+    assert r.status == 200 and env["ok"] and envelope_validator().is_valid(env)
+    for malformed in (b"not json", b"[]", b'{"verb": 3}', b'{"verb": "x", "args": []}', b'{"verb": "x", "confirm": "yes"}'):
+        r = await client.post("/api/v1/agent/dispatch", data=malformed, headers=h)
+        assert r.status == 400 and (await r.json())["error"]["reason"] == "invalid_request"
+    denied = await client.post("/api/v1/agent/dispatch", json={"verb": "crm_contact_update", "confirm": True,
+                                                               "args": {"contact_id": 1, "status": "vip"}}, headers=h)
+    assert denied.status == 200 and (await denied.json())["error"]["reason"] == "role_denied"
+    off_host = await client.post("/api/v1/agent/dispatch", json=body, headers={**h, "Host": "unknown.test"})
+    assert off_host.status == 404
+
+
+async def test_token_of_other_company_rejected(client, database, shop):
+    from ucp_gateway.tenancy import create_company
+    other = await create_company(database.pool, slug="other", display_name="Other", hostnames=["other.test"])
+    h = await token(database, shop, "owner")
+    r = await client.post("/api/v1/agent/dispatch", json={"verb": "capability.manifest"},
+                          headers={**h, "Host": "other.test"})
+    assert r.status == 401
+    assert other.id != shop.id
+
+
+async def test_idempotency_key_header_and_phrase_flow(client, database, shop):
+    h = {**(await token(database, shop, "employee")), "Idempotency-Key": "hdr-1"}
+    body = {"verb": "inventory_adjust", "args": {"product_id": "orchid_white", "delta": 2}, "confirm": True}
+    a = await (await client.post("/api/v1/agent/dispatch", json=body, headers=h)).json()
+    b = await (await client.post("/api/v1/agent/dispatch", json=body, headers=h)).json()
+    assert a["idempotency_key"] == "hdr-1" and b["replayed"] and b["result"] == a["result"]
+    admin = await token(database, shop, "admin")
+    args = {"order_id": "ord_4", "amount": 250, "currency": "USD"}
+    pre = await (await client.post("/api/v1/agent/dispatch", json={"verb": "payments.refund", "args": args},
+                                   headers=admin)).json()
+    ok = await (await client.post("/api/v1/agent/dispatch", headers=admin, json={
+        "verb": "payments.refund", "args": args, "confirm": True,
+        "typed_phrase": pre["pending"]["required_phrase"], "nonce": pre["pending"]["nonce"]})).json()
+    assert ok["ok"] and ok["result"]["refund_id"] == "rf_ord_4_1"
