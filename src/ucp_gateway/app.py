@@ -13,9 +13,11 @@ from aiohttp import web
 
 from .appkeys import CLOCK, DATABASE, SETTINGS
 from .clock import Clock, SystemClock
+from .commerce import web as commerce_web
 from .config import Settings
 from .db import Database
 from .db.database import connect_database
+from .discovery.web import setup as discovery_setup
 from .middleware import HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
 from .tenancy import HostCache
 from .transports.web import setup as transports_setup
@@ -26,6 +28,8 @@ __all__ = ["COMPONENTS", "create_app"]
 # Each entry adds one subsystem to the app (routes, middlewares, cleanup_ctx). Order matters for
 # middlewares: later entries run closer to the handler.
 COMPONENTS: list[Callable[[web.Application], None]] = [
+    discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, app[PROFILE_FETCHER]
+    commerce_web.setup,  # UCP shopping REST binding, simulate-shipping, order-webhook worker
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
     transports_setup,  # /ucp/mcp (UCP MCP binding), /api/v1/webmcp/*; after verbs_setup
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -51,6 +51,79 @@ class Settings(BaseSettings):
     # --- discovery / vendor namespace (see docs/architecture.md) -----------------------------
     vendor_prefix: str = Field(default="com.solidnumber", pattern=r"^[a-z][a-z0-9]*(\.[a-z][a-z0-9_]*)+$")
     vendor_base_url: str = "https://solidnumber.com/ucp"
+
+    # --- signatures and keys (ucp_gateway.httpsig, ucp_gateway.keys; issue 3) ---------------
+    kek_ring: SecretStr | None = Field(
+        default=None, description="KEK ring 'id:base64,id:base64' (32-byte AES keys); the last is current."
+    )
+    kek_file: Path | None = Field(default=None, description="Secret file holding the KEK ring (same format).")
+    kek_current: str | None = Field(default=None, description="KEK id for new encryptions (default: last).")
+    keys_dir: Path = Field(default=Path("keys"), description="Dev only: where a KEK ring is generated.")
+    keys_publish_min: int = Field(default=3600, ge=0, description="Seconds a pending key is published first.")
+    keys_rotating_grace: int = Field(default=7 * 86400, ge=0, description="Seconds a rotated key verifies.")
+    keys_scheduler_interval: float = Field(default=60.0, gt=0, description="Seconds between scheduler runs.")
+    httpsig_max_age: int = Field(default=300, ge=1, description="Max age of a signature's created (s).")
+    httpsig_future_skew: int = Field(default=30, ge=0, description="Tolerated future created (s).")
+    httpsig_tag: str | None = Field(default=None, description="If set, only signatures with this tag count.")
+    httpsig_allow_es384: bool = True
+    httpsig_exempt_prefixes: tuple[str, ...] = ("/.well-known/", "/admin/", "/healthz", "/readyz")
+    httpsig_sign_responses: bool = Field(default=False, description="Sign every response on company hosts.")
+    httpsig_profile_ttl: float = Field(default=300.0, ge=60, description="Platform profile cache TTL (s).")
+    httpsig_profile_refresh_floor: float = Field(default=60.0, ge=0, description="Min s between refetches.")
+
+    # --- discovery: hosting, platform-profile fetcher, agent graph (ucp_gateway.discovery) -------
+    profile_max_age: int = Field(default=300, ge=60, description="max-age (s) on /.well-known/ucp (UCP: >= 60).")
+    profile_render_ttl: float = Field(
+        default=5.0, ge=0, description="Seconds a rendered profile is reused before keys/sub-agents are re-read."
+    )
+    agent_graph_page_size: int = Field(default=100, ge=1, le=1000)
+    profile_fetch_connect_timeout: float = Field(default=3.0, gt=0)
+    profile_fetch_read_timeout: float = Field(default=5.0, gt=0)
+    profile_fetch_max_bytes: int = Field(default=256 * 1024, ge=128 * 1024, description="Body cap (UCP: >= 128 KiB).")
+    profile_cache_ttl_floor: float = Field(default=60.0, ge=60, description="Minimum cache TTL (s), UCP overview.")
+    profile_cache_ttl_max: float = Field(default=86400.0, ge=60, description="Longest Cache-Control honoured (s).")
+    profile_cache_size: int = Field(default=1024, ge=1, description="LRU capacity (profiles).")
+    profile_stale_if_error: float = Field(
+        default=300.0, ge=0, description="Seconds past expiry a cached profile still serves when a refresh fails."
+    )
+    profile_fetch_backoff_base: float = Field(default=1.0, gt=0)
+    profile_fetch_backoff_max: float = Field(default=60.0, gt=0)
+    dev_profile_hosts: list[str] = Field(
+        default_factory=list,
+        description="Loopback hosts whose profiles may be fetched over plain http (development only).",
+    )
+
+    # --- UCP shopping (issue 6, ucp_gateway.commerce) -----------------------------------------
+    checkout_ttl: int = Field(default=6 * 3600, ge=60, description="Seconds a checkout lives (UCP: 6 h).")
+    commerce_idempotency_ttl: int = Field(default=86400, ge=86400, description="Seconds a key is kept.")
+    buyer_rate_limit: int = Field(default=1200, ge=1, description="Requests/minute per buyer agent, company.")
+    buyer_max_order_amount: int | None = Field(
+        default=None,
+        ge=0,
+        description="Per-buyer-agent order amount limit (minor units); above it complete answers "
+        "requires_escalation. None: no limit.",
+    )
+    simulation_secret: SecretStr | None = Field(
+        default=None,
+        description="Enables POST /testing/simulate-shipping/{order_id} (Simulation-Secret header).",
+    )
+    conformance_mode: bool = Field(
+        default=False,
+        description="UCP conformance-suite mode: accepts unsigned requests with a dummy request-signature "
+        "and plain-http loopback profile URLs. Refused unless environment=development.",
+    )
+    webhook_max_attempts: int = Field(default=12, ge=1, description="Delivery attempts per order webhook.")
+    webhook_backoff_base: float = Field(default=2.0, gt=0, description="First retry delay (s); doubles.")
+    webhook_backoff_max: float = Field(default=3600.0, gt=0, description="Longest retry delay, seconds.")
+    webhook_timeout: float = Field(default=10.0, gt=0, description="Seconds per webhook delivery attempt.")
+    webhook_poll_interval: float = Field(default=1.0, gt=0, description="Seconds between outbox scans.")
+    webhook_worker: bool = Field(default=True, description="Run the webhook delivery worker in this process.")
+
+    @model_validator(mode="after")
+    def _conformance_needs_dev(self) -> Settings:
+        if self.conformance_mode and self.environment != "development":
+            raise ValueError("conformance_mode is refused unless environment=development")
+        return self
 
     # --- verb runtime (issue 5, ucp_gateway.verbs) --------------------------------------------
     verbs_nonce_secret: SecretStr | None = Field(

@@ -1,0 +1,263 @@
+"""Per-request facts for the shopping operations: company, caller, response envelopes, limits.
+
+The ``ucp`` envelopes list what this gateway implements; when discovery's negotiation has put the
+intersection on the request (``REQ_NEGOTIATED``), that list is used instead (UCP overview N7).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import http_sf
+from aiohttp import web
+
+from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
+from ..config import Settings
+from ..errors import BadRequest, GatewayError, NotFound
+from ..tenancy import Company, resolve_host
+from .catalog import PickupLocation
+from .checkout import ShopInfo
+from .discounts import AutomaticDiscount
+from .service import UCP_VERSION, CommerceContext
+
+__all__ = [
+    "CHECKOUT_CAPABILITIES",
+    "Negotiation",
+    "RateLimited",
+    "RateLimiter",
+    "build_context",
+    "caller_of",
+    "company_of",
+    "negotiate",
+    "payment_handlers",
+]
+
+CHECKOUT_CAPABILITIES = (
+    "dev.ucp.shopping.checkout",
+    "dev.ucp.shopping.fulfillment",
+    "dev.ucp.shopping.discount",
+    "dev.ucp.shopping.buyer_consent",
+)
+
+
+class RateLimited(GatewayError):
+    code = "rate_limited"
+    http_status = 429
+
+
+class RateLimiter:
+    """Token bucket per (company, buyer agent): ``per_minute`` requests, bursts up to the same."""
+
+    def __init__(self, per_minute: int):
+        self.rate = per_minute / 60.0
+        self.cap = float(per_minute)
+        self._b: dict[tuple[uuid.UUID, str], tuple[float, float]] = {}
+
+    def take(self, key: tuple[uuid.UUID, str], now: float | None = None) -> float:
+        """Consume one token; returns 0 when allowed, else the seconds until one is available."""
+        now = time.monotonic() if now is None else now
+        tokens, last = self._b.get(key, (self.cap, now))
+        tokens = min(self.cap, tokens + (now - last) * self.rate)
+        if tokens < 1:
+            self._b[key] = (tokens, now)
+            return (1 - tokens) / self.rate
+        self._b[key] = (tokens - 1, now)
+        if len(self._b) > 100_000:  # bound memory: forget the oldest half
+            for k in list(self._b)[:50_000]:
+                del self._b[k]
+        return 0.0
+
+
+def payment_handlers(settings: Settings) -> dict[str, list[dict[str, Any]]]:
+    """The demo payment handler as advertised in the profile and in every checkout ``ucp``."""
+    base = settings.vendor_base_url.rstrip("/")
+    return {
+        f"{settings.vendor_prefix}.mock_payment": [
+            {
+                "id": "mock_payment_handler",
+                "version": UCP_VERSION,
+                "spec": f"{base}/specification/mock_payment",
+                "schema": f"{base}/schemas/mock_payment.json",
+                "config": {"environment": "demo"},
+                "available_instruments": [
+                    {"type": "card", "constraints": {"brands": ["visa", "mastercard"]}}
+                ],
+            }
+        ]
+    }
+
+
+async def company_of(request: web.Request) -> Company:
+    """The tenant of this request (tenancy middleware's, else resolved from Host). Raises NotFound."""
+    company = request.get(REQ_COMPANY, ...)
+    if company is ...:
+        company = await resolve_host(request.app[DATABASE].pool, request.host)
+    if company is None:
+        raise NotFound("no shop is served on this host")
+    return company
+
+
+@dataclass(frozen=True)
+class Negotiation:
+    """What discovery negotiated for this request (None fields: not known)."""
+
+    profile_url: str
+    checkout_caps: dict[str, list[dict[str, str]]] | None
+    order_caps: dict[str, list[dict[str, str]]] | None
+    webhook_url: str | None
+
+
+_PROFILE_CACHE = web.AppKey("ucpgw.commerce_business_profiles", dict)
+_PROFILE_TTL = 5.0
+
+
+async def _business_profile(app: web.Application, company: Company, origin: str) -> dict[str, Any]:
+    from ..discovery.web import company_profile_document
+
+    cache = app[_PROFILE_CACHE] if _PROFILE_CACHE in app else None
+    key = (company.id, origin)
+    hit = cache.get(key) if cache is not None else None
+    if hit and hit[0] > time.monotonic():
+        return hit[1]
+    doc = await company_profile_document(app, company, origin)
+    if cache is not None:
+        cache[key] = (time.monotonic() + _PROFILE_TTL, doc)
+    return doc
+
+
+def _webhook_url(capabilities: Mapping[str, Sequence[Mapping[str, Any]]]) -> str | None:
+    for entry in capabilities.get("dev.ucp.shopping.order") or ():
+        url = ((entry or {}).get("config") or {}).get("webhook_url")
+        if isinstance(url, str) and url:
+            return url
+    return None
+
+
+async def negotiate(request: web.Request, company: Company, operation: str) -> Negotiation | None:
+    """Run discovery's negotiation (UCP overview "Negotiation") when the discovery package is set up.
+
+    Raises the discovery errors (400 invalid_profile_url, 403, 422, 424; 200 capabilities_incompatible).
+    In conformance mode an empty intersection is tolerated (the suite's profile declares only the
+    order capability); the response then lists what the gateway implements.
+    """
+    try:
+        from ..discovery.agent_header import parse_ucp_agent
+        from ..discovery.errors import CapabilitiesIncompatible
+        from ..discovery.service import negotiate_request
+        from ..discovery.web import PROFILE_FETCHER
+    except ImportError:
+        return None
+    app = request.app
+    if PROFILE_FETCHER not in app:
+        return None
+    settings: Settings = app[SETTINGS]
+    origin = f"{settings.public_scheme}://{request.host}"
+    hosts = frozenset(h.lower() for h in settings.dev_profile_hosts) if settings.dev_mode else frozenset()
+    header = request.headers.get("UCP-Agent")
+    try:
+        rn = await negotiate_request(
+            header=header,
+            fetcher=app[PROFILE_FETCHER],
+            pool=app[DATABASE].pool,
+            company=company,
+            business_profile=await _business_profile(app, company, origin),
+            operation=operation,
+            continue_url=origin + "/",
+            http_hosts=hosts,
+        )
+    except CapabilitiesIncompatible:
+        if not settings.conformance_mode:
+            raise
+        agent = parse_ucp_agent(header, http_hosts=hosts)
+        profile = await app[PROFILE_FETCHER].get_profile(agent.profile)
+        return Negotiation(agent.profile, None, None, _webhook_url(profile.capabilities))
+    order_caps = (
+        rn.negotiated.response_registry("order")
+        if "dev.ucp.shopping.order" in rn.negotiated.capabilities
+        else None
+    )
+    return Negotiation(
+        rn.agent.profile,
+        rn.negotiated.response_registry(operation),
+        order_caps,
+        _webhook_url(rn.profile.capabilities),
+    )
+
+
+def caller_of(request: web.Request, neg: Negotiation | None = None) -> str:
+    """The buyer agent: the verified principal's profile URL, else the negotiated or ``UCP-Agent``
+    profile URL.
+
+    Raises: BadRequest ``invalid_profile_url`` when none is present (UCP overview N1).
+    """
+    principal = request.get(REQ_PRINCIPAL)
+    for attr in ("profile_url", "agent_profile", "profile"):
+        val = getattr(principal, attr, None) if principal is not None else None
+        if val is None and isinstance(principal, Mapping):
+            val = principal.get(attr)
+        if isinstance(val, str) and val:
+            return val
+    if neg is not None:
+        return neg.profile_url
+    header = request.headers.get("UCP-Agent")
+    if header:
+        try:
+            parsed = http_sf.parse(header.encode(), tltype="dictionary")
+            prof = parsed.get("profile")
+            if prof and isinstance(prof[0], str) and prof[0]:
+                return prof[0]
+        except Exception:  # noqa: S110 - any parse failure is the same 400 below
+            pass
+    raise BadRequest('UCP-Agent header with profile="<url>" is required', code="invalid_profile_url")
+
+
+def _capabilities(
+    names: Sequence[str], negotiated: Mapping[str, Any] | None
+) -> dict[str, list[dict[str, str]]]:
+    if negotiated:
+        return {n: list(v) for n, v in negotiated.items()}
+    return {n: [{"version": UCP_VERSION}] for n in names}
+
+
+def build_context(
+    request: web.Request, company: Company, caller: str, neg: Negotiation | None
+) -> CommerceContext:
+    settings = request.app[SETTINGS]
+    base_url = f"{settings.public_scheme}://{request.host}"
+    handlers = payment_handlers(settings)
+    cs = (company.settings or {}).get("commerce") or {}
+    shop = ShopInfo(
+        base_url=base_url,
+        ucp={
+            "version": UCP_VERSION,
+            "status": "success",
+            "capabilities": _capabilities(CHECKOUT_CAPABILITIES, neg.checkout_caps if neg else None),
+            "payment_handlers": handlers,
+        },
+        automatic_discounts=tuple(AutomaticDiscount(**a) for a in cs.get("automatic_discounts", [])),
+    )
+    pickup = tuple(
+        PickupLocation(p["id"], p["name"], p.get("address", {})) for p in cs.get("pickup_locations", [])
+    )
+    return CommerceContext(
+        company_id=company.id,
+        caller=caller,
+        now=request.app[CLOCK].now(),
+        shop=shop,
+        order_ucp={
+            "version": UCP_VERSION,
+            "status": "success",
+            "capabilities": _capabilities(("dev.ucp.shopping.order",), neg.order_caps if neg else None),
+        },
+        handler_ids=frozenset(h["id"] for entries in handlers.values() for h in entries),
+        currency=cs.get("currency", "USD"),
+        ttl=timedelta(seconds=settings.checkout_ttl),
+        max_order_amount=cs.get("buyer_max_order_amount", settings.buyer_max_order_amount),
+        pickup_locations=pickup,
+        webhook_url=neg.webhook_url if neg else None,
+    )

@@ -1,0 +1,134 @@
+"""UCP idempotency for POST/PUT (UCP checkout-rest.md, SIG "Replay Protection").
+
+Scope: (company, caller, Idempotency-Key). The fingerprint covers the method, path, caller and raw
+body bytes. The operation and its idempotency record commit in ONE transaction, serialised per key
+by a transaction-level advisory lock, so concurrent duplicates execute once and a crash never leaves
+an effect without its record. Replays return the stored status and exact body bytes. Records live
+``ttl`` (>= 24 h). 5xx results are never stored; a store failure is a 503 (fail closed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from ..errors import Conflict, GatewayError, ServiceUnavailable
+
+__all__ = [
+    "IdempotencyConflict",
+    "IdempotencyUnavailable",
+    "Stored",
+    "fingerprint",
+    "run_idempotent",
+    "serialize",
+]
+
+JSON = "application/json"
+
+
+class IdempotencyConflict(Conflict):
+    """The key was used before with a different request (HTTP 409)."""
+
+    code = "idempotency_key_reused"
+
+
+class IdempotencyUnavailable(ServiceUnavailable):
+    """The idempotency store could not be read or written (HTTP 503, fail closed)."""
+
+    code = "idempotency_unavailable"
+
+
+@dataclass(frozen=True)
+class Stored:
+    status: int
+    content_type: str
+    body: bytes
+    replayed: bool = False
+
+
+def serialize(body: dict) -> bytes:
+    """The one serialisation of a response body (compact JSON, UTF-8)."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def fingerprint(method: str, path: str, caller: str, raw_body: bytes) -> bytes:
+    """SHA-256 over length-prefixed method, path, caller and the raw body bytes."""
+    h = hashlib.sha256()
+    for part in (method.upper().encode(), path.encode(), caller.encode(), raw_body):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.digest()
+
+
+async def run_idempotent(
+    conn: asyncpg.Connection,
+    *,
+    company_id: uuid.UUID,
+    caller: str,
+    key: str,
+    fp: bytes,
+    now: datetime,
+    ttl: timedelta,
+    op: Callable[[], Awaitable[Stored]],
+) -> Stored:
+    """Run ``op`` at most once per (company, caller, key) on ``conn`` (already in a transaction).
+
+    Raises: IdempotencyConflict (409) on a different fingerprint; IdempotencyUnavailable (503) when the
+    store fails. GatewayErrors from ``op`` with status < 500 are stored as their protocol-error body
+    (``op``'s writes are rolled back to a savepoint first); other exceptions propagate unstored.
+    """
+    try:
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{company_id}|{caller}|{key}"
+        )
+        rec = await conn.fetchrow(
+            "SELECT fingerprint, status_code, content_type, body, expires_at FROM commerce_idempotency"
+            " WHERE caller = $1 AND key = $2",
+            caller,
+            key,
+        )
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        raise IdempotencyUnavailable("idempotency store unavailable") from exc
+    if rec is not None and rec["expires_at"] > now:
+        if not hmac.compare_digest(bytes(rec["fingerprint"]), fp):
+            raise IdempotencyConflict("Idempotency-Key was already used with a different request")
+        return Stored(rec["status_code"], rec["content_type"], bytes(rec["body"]), replayed=True)
+    try:
+        async with conn.transaction():
+            result = await op()
+    except GatewayError as exc:
+        if exc.http_status >= 500:
+            raise
+        result = Stored(exc.http_status, JSON, serialize(exc.to_body()))
+    if result.status >= 500:
+        return result
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "INSERT INTO commerce_idempotency (company_id, caller, key,"
+                " fingerprint, status_code, content_type,"
+                " body, created_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
+                " ON CONFLICT (company_id, caller, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
+                " status_code = EXCLUDED.status_code, content_type ="
+                " EXCLUDED.content_type, body = EXCLUDED.body,"
+                " created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at",
+                company_id,
+                caller,
+                key,
+                fp,
+                result.status,
+                result.content_type,
+                result.body,
+                now,
+                now + ttl,
+            )
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        raise IdempotencyUnavailable("idempotency store unavailable") from exc
+    return result

@@ -1,0 +1,244 @@
+"""asyncpg repositories for the shopping tables (migrations 0002, 0040). Thin: no policy here.
+
+Every function takes a connection already inside ``tenant_tx`` (RLS scopes it to one company).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from .catalog import Address, Catalog, DiscountRule, PickupLocation, Product, Promotion, ShippingRate
+
+__all__ = [
+    "get_checkout",
+    "get_order_rows",
+    "insert_checkout",
+    "insert_event",
+    "insert_order",
+    "insert_outbox",
+    "insert_payment",
+    "load_catalog",
+    "reserve_inventory",
+    "update_checkout",
+]
+
+
+async def load_catalog(
+    conn: asyncpg.Connection,
+    product_ids: list[str],
+    *,
+    currency: str,
+    buyer_email: str | None,
+    pickup_locations: tuple[PickupLocation, ...] = (),
+) -> Catalog:
+    """Read what pricing needs: the requested products with stock, rates, promotions, codes and the
+    saved addresses of the buyer when ``buyer_email`` belongs to a known customer."""
+    prows = await conn.fetch(
+        "SELECT p.id, p.title, p.price, p.currency, p.image_url, coalesce(i.quantity, 0) AS stock"
+        " FROM products p LEFT JOIN inventory i ON i.company_id = p.company_id AND i.product_id = p.id"
+        " WHERE p.id = ANY($1::text[])",
+        list(set(product_ids)),
+    )
+    rates = await conn.fetch(
+        "SELECT id, country_code, service_level, price, title, currency FROM shipping_rates ORDER BY id"
+    )
+    promos = await conn.fetch(
+        "SELECT id, type, min_subtotal, eligible_item_ids, description FROM promotions ORDER BY id"
+    )
+    codes = await conn.fetch("SELECT code, type, value, description, currency FROM discounts")
+    addresses: tuple[Address, ...] = ()
+    if buyer_email:
+        arows = await conn.fetch(
+            "SELECT a.id, a.street_address, a.city, a.state, a.postal_code, a.country FROM addresses a"
+            " JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
+            " WHERE lower(c.email) = lower($1) ORDER BY a.id",
+            buyer_email,
+        )
+        addresses = tuple(Address(**dict(r)) for r in arows)
+    return Catalog(
+        currency=currency,
+        products={r["id"]: Product(**dict(r)) for r in prows},
+        rates=tuple(ShippingRate(**dict(r)) for r in rates if r["currency"] == currency),
+        promotions=tuple(
+            Promotion(r["id"], r["type"], r["min_subtotal"], tuple(r["eligible_item_ids"]), r["description"])
+            for r in promos
+        ),
+        discounts={r["code"]: DiscountRule(**dict(r)) for r in codes},
+        saved_addresses=addresses,
+        pickup_locations=pickup_locations,
+    )
+
+
+async def insert_checkout(conn: asyncpg.Connection, company_id: uuid.UUID, row: dict[str, Any]) -> None:
+    await conn.execute(
+        "INSERT INTO checkout_sessions (company_id, id, status, currency, state, body, caller, created_at,"
+        " updated_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)",
+        company_id,
+        row["id"],
+        row["status"],
+        row["currency"],
+        row["state"],
+        row["body"],
+        row["caller"],
+        row["created_at"],
+        row["expires_at"],
+    )
+
+
+async def get_checkout(
+    conn: asyncpg.Connection, checkout_id: str, *, for_update: bool = False
+) -> asyncpg.Record | None:
+    """The checkout row or None. ``for_update`` takes the row lock (serialises concurrent writers)."""
+    sql = "SELECT * FROM checkout_sessions WHERE id = $1" + (" FOR UPDATE" if for_update else "")
+    return await conn.fetchrow(sql, checkout_id)
+
+
+async def update_checkout(
+    conn: asyncpg.Connection,
+    checkout_id: str,
+    *,
+    status: str,
+    state: dict,
+    body: dict,
+    now: datetime,
+    order_id: str | None = None,
+) -> None:
+    await conn.execute(
+        "UPDATE checkout_sessions SET status = $2, state = $3, body = $4, updated_at = $5,"
+        " order_id = coalesce($6, order_id) WHERE id = $1",
+        checkout_id,
+        status,
+        state,
+        body,
+        now,
+        order_id,
+    )
+
+
+async def reserve_inventory(conn: asyncpg.Connection, items: list[tuple[str, int]]) -> list[str]:
+    """Decrement stock for ``(product_id, quantity)`` pairs; never below zero.
+
+    Rows are locked in product-id order so concurrent buyers cannot deadlock. Returns the product
+    ids that lacked stock (the caller then rolls the transaction back); [] on success.
+    """
+    merged: dict[str, int] = {}
+    for pid, q in items:
+        merged[pid] = merged.get(pid, 0) + q
+    short: list[str] = []
+    for pid in sorted(merged):
+        done = await conn.fetchval(
+            "UPDATE inventory SET quantity = quantity - $2 WHERE product_id = $1"
+            " AND quantity >= $2 RETURNING 1",
+            pid,
+            merged[pid],
+        )
+        if not done:
+            short.append(pid)
+    return short
+
+
+async def insert_payment(conn: asyncpg.Connection, company_id: uuid.UUID, p: dict[str, Any]) -> None:
+    await conn.execute(
+        "INSERT INTO payments (company_id, id, checkout_id, order_id, handler_id, instrument_id, token_ref,"
+        " amount, currency, status, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
+        company_id,
+        p["id"],
+        p["checkout_id"],
+        p.get("order_id"),
+        p["handler_id"],
+        p["instrument_id"],
+        p["token_ref"],
+        p["amount"],
+        p["currency"],
+        p["status"],
+        p["created_at"],
+    )
+
+
+async def insert_order(conn: asyncpg.Connection, company_id: uuid.UUID, o: dict[str, Any]) -> None:
+    await conn.execute(
+        "INSERT INTO orders (company_id, id, checkout_id, caller, currency,"
+        " total, snapshot, created_at, updated_at)"
+        " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$8)",
+        company_id,
+        o["id"],
+        o["checkout_id"],
+        o["caller"],
+        o["currency"],
+        o["total"],
+        o["snapshot"],
+        o["created_at"],
+    )
+
+
+async def insert_event(
+    conn: asyncpg.Connection, company_id: uuid.UUID, order_id: str, ev: dict[str, Any]
+) -> None:
+    detail = {k: v for k, v in ev.items() if k not in ("id", "type", "occurred_at")}
+    await conn.execute(
+        "INSERT INTO order_events (company_id, order_id, id, type, occurred_at,"
+        " detail) VALUES ($1,$2,$3,$4,$5,$6)",
+        company_id,
+        order_id,
+        ev["id"],
+        ev["type"],
+        datetime.fromisoformat(ev["occurred_at"].replace("Z", "+00:00")),
+        detail,
+    )
+    await conn.execute(
+        "UPDATE orders SET updated_at = $2 WHERE id = $1",
+        order_id,
+        datetime.fromisoformat(ev["occurred_at"].replace("Z", "+00:00")),
+    )
+
+
+async def get_order_rows(
+    conn: asyncpg.Connection, order_id: str
+) -> tuple[asyncpg.Record | None, list[asyncpg.Record], list[asyncpg.Record]]:
+    """``(order, events in order, adjustments in order)``; order None when unknown."""
+    order = await conn.fetchrow("SELECT * FROM orders WHERE id = $1", order_id)
+    if order is None:
+        return None, [], []
+    events = await conn.fetch("SELECT * FROM order_events WHERE order_id = $1 ORDER BY seq", order_id)
+    adjs = await conn.fetch("SELECT * FROM order_adjustments WHERE order_id = $1 ORDER BY seq", order_id)
+    return order, list(events), list(adjs)
+
+
+async def insert_outbox(
+    conn: asyncpg.Connection,
+    company_id: uuid.UUID,
+    *,
+    order_id: str,
+    event_type: str,
+    caller: str,
+    payload: dict[str, Any],
+    target_url: str | None = None,
+    now: datetime,
+) -> uuid.UUID:
+    """Queue one order webhook in the caller's transaction (at-least-once delivery). Returns Webhook-Id."""
+    event_id = uuid.uuid4()
+    body = json.dumps(payload, separators=(",", ":"), sort_keys=False).encode()
+    await conn.execute(
+        "INSERT INTO webhook_outbox (company_id, id, order_id, event_type, caller, payload, created_at,"
+        " next_attempt_at, target_url) VALUES ($1,$2,$3,$4,$5,$6,$7,$7,$8)",
+        company_id,
+        event_id,
+        order_id,
+        event_type,
+        caller,
+        body,
+        now,
+        target_url,
+    )
+    await conn.execute(
+        "INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) VALUES ($1,$2,$3)",
+        company_id,
+        event_id,
+        now,
+    )
+    return event_id

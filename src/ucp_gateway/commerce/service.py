@@ -1,0 +1,384 @@
+"""Shopping operations (imperative shell): one call = one transaction on a tenant connection.
+
+Each operation returns an :class:`Outcome` (HTTP status + JSON body): business outcomes are bodies
+(201/200 resources, 200 error envelopes); protocol errors are raised as GatewayError subclasses
+(``InvalidTransition`` -> 409, ``InvalidRequest`` -> 400). Prices come from the catalogue only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from . import repo
+from .catalog import PickupLocation
+from .checkout import ShopInfo, price_checkout, render_checkout, rfc3339
+from .messages import error, error_envelope
+from .orders import order_snapshot, render_order, shipped_event
+from .payments import demo_charge
+from .status import TERMINAL, InvalidTransition, status_for_messages, transition
+from .validation import parse_complete, parse_state
+
+__all__ = [
+    "CommerceContext",
+    "Outcome",
+    "cancel",
+    "complete",
+    "create",
+    "get",
+    "get_order",
+    "simulate_shipping",
+    "update",
+]
+
+UCP_VERSION = "2026-04-08"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CommerceContext:
+    """Everything an operation needs besides the connection.
+
+    ``caller`` is the verified platform profile URL (the buyer agent); ``max_order_amount`` is the
+    per-buyer-agent amount limit in minor units (None = unlimited).
+    """
+
+    company_id: uuid.UUID
+    caller: str
+    now: datetime
+    shop: ShopInfo
+    order_ucp: dict[str, Any]
+    handler_ids: frozenset[str]
+    currency: str = "USD"
+    ttl: timedelta = timedelta(hours=6)
+    max_order_amount: int | None = None
+    pickup_locations: tuple[PickupLocation, ...] = field(default=())
+    webhook_url: str | None = None  # the platform's order webhook_url, from negotiation
+
+
+def _not_found(ctx: CommerceContext, what: str) -> Outcome:
+    return Outcome(
+        200,
+        error_envelope(UCP_VERSION, "not_found", f"{what} not found", continue_url=ctx.shop.base_url + "/"),
+    )
+
+
+async def _price(conn: asyncpg.Connection, ctx: CommerceContext, state: dict[str, Any]):
+    catalog = await repo.load_catalog(
+        conn,
+        [li["item"]["id"] for li in state["line_items"]],
+        currency=ctx.currency,
+        buyer_email=(state.get("buyer") or {}).get("email"),
+        pickup_locations=ctx.pickup_locations,
+    )
+    return price_checkout(state, catalog, ctx.shop)
+
+
+def _render(ctx: CommerceContext, cid: str, state, priced, status, expires_at, **kw) -> dict[str, Any]:
+    return render_checkout(
+        checkout_id=cid,
+        state=state,
+        priced=priced,
+        status=status,
+        currency=ctx.currency,
+        shop=ctx.shop,
+        expires_at=expires_at,
+        **kw,
+    )
+
+
+async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str, Any]) -> Outcome:
+    """``POST /checkout-sessions`` (UCP checkout.md "Create"): 201 with the checkout, or HTTP 200
+    with an error envelope when no requested item can be sold."""
+    state = parse_state(data, update=False)
+    priced = await _price(conn, ctx, state)
+    if priced.nothing_purchasable:
+        msgs = [dict(m, severity="unrecoverable") for m in priced.messages if m["type"] == "error"]
+        msgs = [m for m in msgs if m["code"] != "missing"] or msgs
+        body = {"ucp": {"version": UCP_VERSION, "status": "error"}, "messages": msgs}
+        return Outcome(200, body)
+    cid = f"chk_{uuid.uuid4().hex}"
+    expires_at = ctx.now + ctx.ttl
+    body = _render(ctx, cid, state, priced, priced.status, expires_at)
+    await repo.insert_checkout(
+        conn,
+        ctx.company_id,
+        {
+            "id": cid,
+            "status": priced.status,
+            "currency": ctx.currency,
+            "state": state,
+            "body": body,
+            "caller": ctx.caller,
+            "created_at": ctx.now,
+            "expires_at": expires_at,
+        },
+    )
+    return Outcome(201, body)
+
+
+async def _load(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, *, lock: bool):
+    """The row (expired non-terminal sessions are canceled first) or None."""
+    row = await repo.get_checkout(conn, cid, for_update=lock)
+    if row is None:
+        return None
+    if row["status"] not in TERMINAL and row["expires_at"] <= ctx.now:
+        if not lock:
+            row = await repo.get_checkout(conn, cid, for_update=True)
+            if row["status"] in TERMINAL:
+                return row
+        body = dict(row["body"], status=transition(row["status"], "expire"))
+        body.pop("continue_url", None)
+        await repo.update_checkout(
+            conn, cid, status=body["status"], state=row["state"], body=body, now=ctx.now
+        )
+        row = await repo.get_checkout(conn, cid)
+    return row
+
+
+def _modifiable(row, op: str) -> None:
+    if row["status"] in TERMINAL or row["status"] == "complete_in_progress":
+        raise InvalidTransition(f"checkout {row['id']} is {row['status']}; {op} is not allowed")
+
+
+async def get(conn: asyncpg.Connection, ctx: CommerceContext, cid: str) -> Outcome:
+    """``GET /checkout-sessions/{id}``: the latest state; 200 ``not_found`` envelope when unknown."""
+    row = await _load(conn, ctx, cid, lock=False)
+    return _not_found(ctx, "Checkout") if row is None else Outcome(200, row["body"])
+
+
+async def update(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, data: dict[str, Any]) -> Outcome:
+    """``PUT /checkout-sessions/{id}``: full replacement of the writable state; everything recomputed.
+
+    Raises: InvalidTransition (409) for completed/canceled sessions; InvalidRequest (400).
+    """
+    row = await _load(conn, ctx, cid, lock=True)
+    if row is None:
+        return _not_found(ctx, "Checkout")
+    _modifiable(row, "update")
+    state = parse_state(data, update=True)
+    priced = await _price(conn, ctx, state)
+    status = transition(row["status"], f"recompute:{priced.status}")
+    body = _render(ctx, cid, state, priced, status, row["expires_at"])
+    await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
+    return Outcome(200, body)
+
+
+async def cancel(conn: asyncpg.Connection, ctx: CommerceContext, cid: str) -> Outcome:
+    """``POST /checkout-sessions/{id}/cancel``: 200 with ``status: canceled``; 409 if terminal."""
+    row = await _load(conn, ctx, cid, lock=True)
+    if row is None:
+        return _not_found(ctx, "Checkout")
+    _modifiable(row, "cancel")
+    body = dict(row["body"], status=transition(row["status"], "cancel"))
+    body.pop("continue_url", None)
+    await repo.update_checkout(conn, cid, status=body["status"], state=row["state"], body=body, now=ctx.now)
+    return Outcome(200, body)
+
+
+class _Abort(Exception):
+    def __init__(self, messages: list[dict[str, Any]]):
+        self.messages = messages
+
+
+async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, data: dict[str, Any]) -> Outcome:
+    """``POST /checkout-sessions/{id}/complete`` in this one transaction (UCP checkout.md "Complete").
+
+    Checks the instrument's handler against the advertised ones, reserves stock (never below zero),
+    charges through the demo handler, creates the order and queues the ``order created`` webhook.
+    A decline or missing stock is a recoverable message on a 200 checkout, never a 500. The row lock
+    makes concurrent completes of one checkout produce exactly one order (the loser gets 409).
+    """
+    row = await _load(conn, ctx, cid, lock=True)
+    if row is None:
+        return _not_found(ctx, "Checkout")
+    _modifiable(row, "complete")
+    instrument, token = parse_complete(data)
+    state = dict(row["state"], payment={"instruments": [instrument]})
+    priced = await _price(conn, ctx, state)
+    extra: list[dict[str, Any]] = []
+    if instrument["handler_id"] not in ctx.handler_ids:
+        extra.append(
+            error(
+                "payment_handler_unsupported",
+                f"Payment handler '{instrument['handler_id']}' is not offered.",
+                path="$.payment.instruments[0].handler_id",
+            )
+        )
+    if ctx.max_order_amount is not None and priced.total > ctx.max_order_amount:
+        extra.append(
+            error(
+                "amount_limit_exceeded",
+                "The order total is above this agent's limit; the buyer must confirm on the shop's page.",
+                severity="requires_buyer_review",
+                path="$.totals",
+            )
+        )
+    if priced.status != "ready_for_complete" or extra:
+        status = transition(row["status"], f"recompute:{status_for_messages(priced.messages + extra)}")
+        body = _render(ctx, cid, state, priced, status, row["expires_at"], extra_messages=extra)
+        await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
+        return Outcome(200, body)
+    status = transition(transition(row["status"], "recompute:ready_for_complete"), "complete_started")
+    order_id = f"ord_{uuid.uuid4().hex}"
+    pay_id = f"pay_{uuid.uuid4().hex}"
+    charge = None
+    try:
+        async with conn.transaction():  # savepoint: stock and charge stand or fall together
+            short = await repo.reserve_inventory(conn, priced.reservable)
+            if short:
+                raise _Abort(
+                    [
+                        error("out_of_stock", f"Insufficient stock for '{p}'.", path="$.line_items")
+                        for p in short
+                    ]
+                )
+            charge = await demo_charge(
+                conn, handler_id=instrument["handler_id"], token=token, amount=priced.total
+            )
+            if not charge.approved:
+                raise _Abort(
+                    [
+                        error(
+                            "payment_failed",
+                            "The payment was declined; try another payment method.",
+                            path="$.payment.instruments[0]",
+                        )
+                    ]
+                )
+    except _Abort as abort:
+        if charge is not None:
+            await repo.insert_payment(
+                conn,
+                ctx.company_id,
+                {
+                    "id": pay_id,
+                    "checkout_id": cid,
+                    "handler_id": instrument["handler_id"],
+                    "instrument_id": instrument["id"],
+                    "token_ref": charge.token_ref,
+                    "amount": priced.total,
+                    "currency": ctx.currency,
+                    "status": "declined",
+                    "created_at": ctx.now,
+                },
+            )
+        status = transition(status, "complete_failed")
+        body = _render(ctx, cid, state, priced, status, row["expires_at"], extra_messages=abort.messages)
+        await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
+        return Outcome(200, body)
+    permalink = f"{ctx.shop.base_url}/orders/{order_id}"
+    order_ref = {"id": order_id, "label": f"#{order_id[4:12].upper()}", "permalink_url": permalink}
+    status = transition(status, "complete_succeeded")
+    body = _render(ctx, cid, state, priced, status, row["expires_at"], order=order_ref)
+    snapshot = order_snapshot(body, order_id=order_id, label=order_ref["label"], permalink_url=permalink)
+    await repo.update_checkout(
+        conn, cid, status=status, state=state, body=body, now=ctx.now, order_id=order_id
+    )
+    await repo.insert_order(
+        conn,
+        ctx.company_id,
+        {
+            "id": order_id,
+            "checkout_id": cid,
+            "caller": row["caller"],
+            "currency": ctx.currency,
+            "total": priced.total,
+            "snapshot": snapshot,
+            "created_at": ctx.now,
+        },
+    )
+    await repo.insert_payment(
+        conn,
+        ctx.company_id,
+        {
+            "id": pay_id,
+            "checkout_id": cid,
+            "order_id": order_id,
+            "handler_id": instrument["handler_id"],
+            "instrument_id": instrument["id"],
+            "token_ref": charge.token_ref,
+            "amount": priced.total,
+            "currency": ctx.currency,
+            "status": "captured",
+            "created_at": ctx.now,
+        },
+    )
+    await repo.insert_outbox(
+        conn,
+        ctx.company_id,
+        order_id=order_id,
+        event_type="order.created",
+        caller=row["caller"],
+        payload=render_order(snapshot, [], [], ctx.order_ucp),
+        target_url=ctx.webhook_url,
+        now=ctx.now,
+    )
+    return Outcome(200, body)
+
+
+def _event_wire(r) -> dict[str, Any]:
+    return {"id": r["id"], "type": r["type"], "occurred_at": rfc3339(r["occurred_at"]), **r["detail"]}
+
+
+def _adj_wire(r) -> dict[str, Any]:
+    return {
+        "id": r["id"],
+        "type": r["type"],
+        "status": r["status"],
+        "occurred_at": rfc3339(r["occurred_at"]),
+        **r["detail"],
+    }
+
+
+async def _order_body(conn: asyncpg.Connection, ctx: CommerceContext, order_id: str):
+    order, events, adjs = await repo.get_order_rows(conn, order_id)
+    if order is None or order["caller"] != ctx.caller:  # only the platform that placed it (UCP order.md)
+        return None, None
+    body = render_order(
+        order["snapshot"], [_event_wire(e) for e in events], [_adj_wire(a) for a in adjs], ctx.order_ucp
+    )
+    return order, body
+
+
+async def get_order(conn: asyncpg.Connection, ctx: CommerceContext, order_id: str) -> Outcome:
+    """``GET /orders/{id}``: the full order; 200 ``not_found`` envelope for unknown or foreign orders."""
+    _, body = await _order_body(conn, ctx, order_id)
+    return _not_found(ctx, "Order") if body is None else Outcome(200, body)
+
+
+async def simulate_shipping(conn: asyncpg.Connection, ctx: CommerceContext, order_id: str) -> Outcome:
+    """Append a ``shipped`` event and queue the ``order updated`` webhook with the full order.
+
+    ``ctx.caller`` is ignored: the simulation acts as the merchant, for any order of the company.
+    """
+    order = await conn.fetchrow("SELECT * FROM orders WHERE id = $1 FOR UPDATE", order_id)
+    if order is None:
+        return _not_found(ctx, "Order")
+    ev = shipped_event(order["snapshot"], event_id=f"evt_{uuid.uuid4().hex}", now=ctx.now)
+    await repo.insert_event(conn, ctx.company_id, order_id, ev)
+    owner_ctx = CommerceContext(**{**ctx.__dict__, "caller": order["caller"]})
+    _, body = await _order_body(conn, owner_ctx, order_id)
+    await repo.insert_outbox(
+        conn,
+        ctx.company_id,
+        order_id=order_id,
+        event_type="order.updated",
+        caller=order["caller"],
+        payload=body,
+        target_url=await conn.fetchval(
+            "SELECT target_url FROM webhook_outbox WHERE order_id = $1 AND target_url IS NOT NULL LIMIT 1",
+            order_id,
+        ),
+        now=ctx.now,
+    )
+    return Outcome(200, body)

@@ -1,0 +1,135 @@
+"""Request validation with the ucp-sdk 0.4.6 models (UCP 2026-04-08) and reduction to writable state.
+
+Response-only fields a client may send (``id``, ``status``, ``currency``, ``totals``, ``links``,
+``ucp``, ``messages``, item ``title``/``price``, option lists, ...) are dropped, never trusted: the
+server is the price authority. Payment credentials are never kept in the state.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from ucp_sdk.models.schemas.shopping.buyer_consent import Consent
+from ucp_sdk.models.schemas.shopping.checkout_complete_request import CheckoutCompleteRequest
+from ucp_sdk.models.schemas.shopping.checkout_create_request import CheckoutCreateRequest
+from ucp_sdk.models.schemas.shopping.checkout_update_request import CheckoutUpdateRequest
+from ucp_sdk.models.schemas.shopping.discount import DiscountsObject
+from ucp_sdk.models.schemas.shopping.types.fulfillment_create_request import FulfillmentCreateRequest
+
+from ..errors import BadRequest
+
+__all__ = ["InvalidRequest", "parse_complete", "parse_json", "parse_state"]
+
+
+class InvalidRequest(BadRequest):
+    """The body does not match the UCP request schema (HTTP 400, protocol error)."""
+
+    code = "invalid_request"
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """Decode a JSON object body. Raises InvalidRequest."""
+    try:
+        data = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest("body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("body must be a JSON object")
+    return data
+
+
+def _validate(model: type[BaseModel], data: Any, where: str) -> BaseModel:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        path = f"{where}.{loc}" if loc else where
+        raise InvalidRequest(f"{path}: {first['msg']}") from None
+
+
+def _dump(m: BaseModel | None) -> dict[str, Any] | None:
+    return None if m is None else m.model_dump(mode="json", exclude_none=True)
+
+
+def _clean_instrument(instr: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: v
+        for k, v in instr.items()
+        if k in ("id", "handler_id", "type", "display", "billing_address", "selected")
+    }
+
+
+def _clean_fulfillment(f: dict[str, Any]) -> dict[str, Any]:
+    methods = []
+    for m in f.get("methods") or []:
+        out = {
+            k: m[k]
+            for k in ("id", "type", "line_item_ids", "selected_destination_id")
+            if m.get(k) is not None
+        }
+        if m.get("destinations") is not None:
+            out["destinations"] = m["destinations"]
+        if m.get("groups") is not None:
+            out["groups"] = [{k: g[k] for k in ("id", "selected_option_id") if g.get(k)} for g in m["groups"]]
+        methods.append(out)
+    return {"methods": methods}
+
+
+def parse_state(data: dict[str, Any], *, update: bool) -> dict[str, Any]:
+    """Validate a create (``update=False``) or update body and return the writable state.
+
+    Returns: ``{"line_items": [{"id"?, "item": {"id"}, "quantity"}], "buyer"?, "context"?,
+    "attribution"?, "fulfillment"?, "discounts"?: {"codes"}, "payment"?: {"instruments"}}``.
+    Raises: InvalidRequest (HTTP 400) naming the first offending field, e.g. a quantity below 1.
+    """
+    model = CheckoutUpdateRequest if update else CheckoutCreateRequest
+    req = _validate(model, data, "$")
+    state: dict[str, Any] = {"line_items": []}
+    for li in req.line_items:  # type: ignore[attr-defined]
+        entry: dict[str, Any] = {"item": {"id": li.item.id}, "quantity": li.quantity}
+        lid = getattr(li, "id", None) or (li.model_extra or {}).get("id")
+        if isinstance(lid, str) and lid:
+            entry["id"] = lid
+        state["line_items"].append(entry)
+    if req.buyer is not None:  # type: ignore[attr-defined]
+        buyer = _dump(req.buyer) or {}  # type: ignore[attr-defined]
+        if "consent" in buyer:
+            buyer["consent"] = _dump(_validate(Consent, buyer["consent"], "$.buyer.consent"))
+        state["buyer"] = buyer
+    for key in ("context", "attribution"):
+        val = getattr(req, key)
+        if val is not None:
+            state[key] = _dump(val)
+    if data.get("fulfillment") is not None:
+        # lenient on update too: a method without line_item_ids (or a group without id) covers every
+        # item, as on create; the update schema's stricter "required" rejects common platform payloads
+        f = _validate(FulfillmentCreateRequest, data["fulfillment"], "$.fulfillment")
+        state["fulfillment"] = _clean_fulfillment(_dump(f) or {})
+    if data.get("discounts") is not None:
+        d = _validate(DiscountsObject, data["discounts"], "$.discounts")
+        state["discounts"] = {"codes": list(d.codes or [])}  # type: ignore[attr-defined]
+    if req.payment is not None and req.payment.instruments:  # type: ignore[attr-defined]
+        state["payment"] = {
+            "instruments": [_clean_instrument(_dump(i) or {}) for i in req.payment.instruments]
+        }  # type: ignore[attr-defined]
+    return state
+
+
+def parse_complete(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """Validate a complete body. Returns ``(selected_instrument_without_credential, token)``.
+
+    The instrument chosen is the one marked ``selected`` or else the first. Raises InvalidRequest
+    when ``payment.instruments`` is missing or empty.
+    """
+    req = _validate(CheckoutCompleteRequest, data, "$")
+    instruments = req.payment.instruments or []  # type: ignore[attr-defined]
+    if not instruments:
+        raise InvalidRequest("$.payment.instruments: at least one payment instrument is required")
+    chosen = next((i for i in instruments if i.selected), instruments[0])
+    dumped = _dump(chosen) or {}
+    cred = dumped.get("credential") or {}
+    token = cred.get("token") if isinstance(cred, dict) else None
+    return _clean_instrument(dumped), token if isinstance(token, str) else None

@@ -1,0 +1,194 @@
+"""REST binding of UCP shopping (UCP checkout-rest.md, order-rest.md) and its wiring: ``setup(app)``.
+
+Routes (under :data:`REST_PREFIX`, the rest ``endpoint`` path the company profile advertises)::
+
+    POST /checkout-sessions                   201 checkout | 200 error envelope
+    GET  /checkout-sessions/{id}              200
+    PUT  /checkout-sessions/{id}              200 (full replacement) | 409 when terminal
+    POST /checkout-sessions/{id}/complete     200 (Idempotency-Key required; response signed) | 409
+    POST /checkout-sessions/{id}/cancel       200 | 409
+    GET  /orders/{id}                         200
+    POST /testing/simulate-shipping/{id}      (server root; only with a simulation secret)
+
+Per request: company (tenancy) -> negotiation (discovery: UCP-Agent, platform profile, capability
+intersection) -> caller (verified signature principal, else the negotiated profile URL) -> per-agent
+rate limit -> one tenant transaction (with the idempotency record for POST/PUT carrying a key).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import asyncpg
+from aiohttp import web
+
+from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
+from ..db import tenant_tx
+from ..errors import BadRequest, Forbidden, GatewayError
+from . import service
+from .context import RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
+from .idempotency import JSON, Stored, fingerprint, run_idempotent, serialize
+from .service import CommerceContext, Outcome
+from .validation import parse_json
+
+__all__ = ["COMMERCE_LIMITER", "REST_PREFIX", "SIMULATE_PATH", "setup"]
+
+REST_PREFIX = "/ucp/v1"  # = discovery.builder.REST_PATH (the advertised rest endpoint path)
+SIMULATE_PATH = "/testing/simulate-shipping/{order_id}"
+COMMERCE_LIMITER = web.AppKey("ucpgw.commerce_limiter", RateLimiter)
+
+Op = Callable[[asyncpg.Connection, CommerceContext, bytes], Awaitable[Outcome]]
+
+
+def _response(stored: Stored) -> web.Response:
+    resp = web.Response(
+        status=stored.status, body=stored.body, content_type=stored.content_type.split(";")[0]
+    )
+    if stored.replayed:
+        resp.headers["Idempotent-Replayed"] = "true"
+    return resp
+
+
+def _error(exc: GatewayError) -> web.Response:
+    resp = web.Response(status=exc.http_status, body=serialize(exc.to_body()), content_type=JSON)
+    if exc.http_status == 429 and "retry_after" in exc.details:
+        resp.headers["Retry-After"] = str(exc.details["retry_after"])
+    if exc.http_status == 503:
+        resp.headers["Retry-After"] = "1"
+    return resp
+
+
+async def _dispatch(
+    request: web.Request, op: Op, *, operation: str, require_key: bool = False
+) -> web.Response:
+    try:
+        company = await company_of(request)
+        neg = await negotiate(request, company, operation)
+        caller = caller_of(request, neg)
+        wait = request.app[COMMERCE_LIMITER].take((company.id, caller))
+        if wait:
+            raise RateLimited(
+                "too many requests from this agent", details={"retry_after": max(1, round(wait))}
+            )
+        ctx = build_context(request, company, caller, neg)
+        raw = request.get(REQ_RAW_BODY)
+        if raw is None:
+            raw = await request.read()
+        key = request.headers.get("Idempotency-Key")
+        if require_key and not key:
+            raise BadRequest("Idempotency-Key header is required for this operation")
+        if key is not None and not (1 <= len(key) <= 255):
+            raise BadRequest("Idempotency-Key must be 1-255 characters")
+
+        async def run(conn: asyncpg.Connection) -> Stored:
+            out = await op(conn, ctx, raw)
+            return Stored(out.status, JSON, serialize(out.body))
+
+        settings = request.app[SETTINGS]
+        async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
+            if key and request.method in ("POST", "PUT"):
+                stored = await run_idempotent(
+                    conn,
+                    company_id=company.id,
+                    caller=caller,
+                    key=key,
+                    fp=fingerprint(request.method, request.path, caller, raw),
+                    now=ctx.now,
+                    ttl=timedelta(seconds=settings.commerce_idempotency_ttl),
+                    op=lambda: run(conn),
+                )
+            else:
+                stored = await run(conn)
+        return _response(stored)
+    except GatewayError as exc:
+        return _error(exc)
+
+
+def _cid(request: web.Request) -> str:
+    return request.match_info["id"]
+
+
+async def create_checkout(request: web.Request) -> web.Response:
+    return await _dispatch(
+        request, lambda c, ctx, raw: service.create(c, ctx, parse_json(raw)), operation="checkout"
+    )
+
+
+async def get_checkout(request: web.Request) -> web.Response:
+    return await _dispatch(
+        request, lambda c, ctx, raw: service.get(c, ctx, _cid(request)), operation="checkout"
+    )
+
+
+async def update_checkout(request: web.Request) -> web.Response:
+    def op(c, ctx, raw):
+        return service.update(c, ctx, _cid(request), parse_json(raw))
+
+    return await _dispatch(request, op, operation="checkout")
+
+
+async def complete_checkout(request: web.Request) -> web.Response:
+    def op(c, ctx, raw):
+        return service.complete(c, ctx, _cid(request), parse_json(raw))
+
+    _sign_response(request)
+    return await _dispatch(request, op, operation="checkout", require_key=True)
+
+
+async def cancel_checkout(request: web.Request) -> web.Response:
+    return await _dispatch(
+        request, lambda c, ctx, raw: service.cancel(c, ctx, _cid(request)), operation="checkout"
+    )
+
+
+async def get_order(request: web.Request) -> web.Response:
+    return await _dispatch(
+        request, lambda c, ctx, raw: service.get_order(c, ctx, _cid(request)), operation="order"
+    )
+
+
+def _sign_response(request: web.Request) -> None:
+    """complete_checkout responses SHOULD be signed (UCP signatures.md): ask the signature layer."""
+    try:
+        from ..httpsig.web import mark_for_signing
+    except ImportError:  # signatures package not installed in this build
+        return
+    mark_for_signing(request)
+
+
+async def simulate_shipping(request: web.Request) -> web.Response:
+    """Test hook: add a ``shipped`` event and emit the order-updated webhook. 403 without the secret."""
+    secret = request.app[SETTINGS].simulation_secret
+    given = request.headers.get("Simulation-Secret", "")
+    if secret is None or not hmac.compare_digest(given.encode(), secret.get_secret_value().encode()):
+        return _error(Forbidden("Simulation-Secret missing or wrong"))
+    try:
+        company = await company_of(request)
+        ctx = build_context(request, company, "", None)
+        async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
+            out = await service.simulate_shipping(conn, ctx, request.match_info["order_id"])
+        return _response(Stored(out.status, JSON, serialize(out.body)))
+    except GatewayError as exc:
+        return _error(exc)
+
+
+def setup(app: web.Application) -> None:
+    """Add the shopping routes, the per-agent rate limiter and (``settings.webhook_worker``) the
+    webhook delivery worker."""
+    from .webhooks import webhook_worker_ctx
+
+    settings = app[SETTINGS]
+    app[COMMERCE_LIMITER] = RateLimiter(settings.buyer_rate_limit)
+    p = REST_PREFIX
+    app.router.add_post(f"{p}/checkout-sessions", create_checkout)
+    app.router.add_get(f"{p}/checkout-sessions/{{id}}", get_checkout)
+    app.router.add_put(f"{p}/checkout-sessions/{{id}}", update_checkout)
+    app.router.add_post(f"{p}/checkout-sessions/{{id}}/complete", complete_checkout)
+    app.router.add_post(f"{p}/checkout-sessions/{{id}}/cancel", cancel_checkout)
+    app.router.add_get(f"{p}/orders/{{id}}", get_order)
+    if settings.simulation_secret is not None:
+        app.router.add_post(SIMULATE_PATH, simulate_shipping)
+    if settings.webhook_worker:
+        app.cleanup_ctx.append(webhook_worker_ctx)

@@ -1,0 +1,108 @@
+"""The ``UCP-Agent`` request header: an RFC 8941 Dictionary whose ``profile`` member names the caller.
+
+UCP 2026-04-08 overview, "Platform Advertisement on Request"; signatures.md, "REST Request
+Verification" steps 1-3: parse the dictionary, ``profile`` is required, its value is a quoted https
+URL. MCP carries the same value in ``params.arguments.meta["ucp-agent"].profile``. Pure code, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import http_sf
+
+from .errors import InvalidProfileUrl
+
+__all__ = ["MAX_PROFILE_URL", "AgentHeader", "agent_from_meta", "parse_ucp_agent", "validate_profile_url"]
+
+MAX_PROFILE_URL = 2048  # characters; longer URLs are refused before any fetch
+
+
+@dataclass(frozen=True, slots=True)
+class AgentHeader:
+    """A parsed ``UCP-Agent``.
+
+    Attributes:
+        profile: the platform profile URL (https, or http for a dev allowlisted host).
+        version: the non-standard ``version`` member some clients send (Jan-2026 conformance suite).
+        params: the ``profile`` item's RFC 8941 parameters, as parsed.
+    """
+
+    profile: str
+    version: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+def validate_profile_url(url: str, *, http_hosts: frozenset[str] = frozenset()) -> str:
+    """Check a platform profile URL and return it unchanged.
+
+    Args:
+        url: the candidate URL.
+        http_hosts: lower-case host names for which plain ``http`` is accepted (dev allowlist).
+    Raises:
+        InvalidProfileUrl: not an absolute https URL, embedded credentials, no host, or too long.
+    """
+    if not url or len(url) > MAX_PROFILE_URL:
+        raise InvalidProfileUrl("profile URL is empty or too long")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        _ = parts.port  # raises ValueError on a bad port
+    except ValueError:
+        raise InvalidProfileUrl("profile URL cannot be parsed") from None
+    if not host:
+        raise InvalidProfileUrl("profile URL has no host")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidProfileUrl("profile URL must not carry credentials")
+    scheme = parts.scheme.lower()
+    if scheme == "https":
+        return url
+    if scheme == "http" and host.lower() in http_hosts:
+        return url
+    raise InvalidProfileUrl("profile URL must use https")
+
+
+def parse_ucp_agent(header: str | None, *, http_hosts: frozenset[str] = frozenset()) -> AgentHeader:
+    """Parse a ``UCP-Agent`` header value (RFC 8941 §3.2 Dictionary).
+
+    Args:
+        header: the raw header value (``profile="https://platform.example/profile"``), or None.
+        http_hosts: see :func:`validate_profile_url`.
+    Returns: an :class:`AgentHeader`.
+    Raises:
+        InvalidProfileUrl: header missing or not a dictionary, ``profile`` missing or not a quoted
+            string (a bare token is refused), or the URL fails :func:`validate_profile_url`.
+    """
+    if header is None or not header.strip():
+        raise InvalidProfileUrl("UCP-Agent header is required")
+    try:
+        parsed = http_sf.parse(header.encode("ascii"), tltype="dictionary")
+    except (UnicodeEncodeError, ValueError, http_sf.StructuredFieldError) as exc:  # type: ignore[attr-defined]
+        raise InvalidProfileUrl(f"UCP-Agent is not an RFC 8941 dictionary: {exc}") from None
+    if not isinstance(parsed, dict) or "profile" not in parsed:
+        raise InvalidProfileUrl("UCP-Agent has no profile member")
+    value, params = parsed["profile"]
+    if type(value) is not str:  # Token, bytes, numbers and inner lists are not quoted strings
+        raise InvalidProfileUrl("UCP-Agent profile must be a quoted string")
+    version = None
+    if "version" in parsed:
+        v = parsed["version"][0]
+        version = v if type(v) is str else None
+    return AgentHeader(validate_profile_url(value, http_hosts=http_hosts), version, dict(params))
+
+
+def agent_from_meta(
+    meta: Mapping[str, Any] | None, *, http_hosts: frozenset[str] = frozenset()
+) -> AgentHeader:
+    """The MCP form: ``meta["ucp-agent"]["profile"]`` (UCP checkout-mcp.md). Raises InvalidProfileUrl."""
+    agent = (meta or {}).get("ucp-agent")
+    profile = agent.get("profile") if isinstance(agent, Mapping) else None
+    if not isinstance(profile, str):
+        raise InvalidProfileUrl('meta["ucp-agent"].profile is required')
+    version = agent.get("version") if isinstance(agent, Mapping) else None
+    return AgentHeader(
+        validate_profile_url(profile, http_hosts=http_hosts), version if isinstance(version, str) else None
+    )

@@ -1,0 +1,262 @@
+"""Building the profiles we serve at ``/.well-known/ucp``. Pure functions, no I/O.
+
+- Company (business) profile: UCP 2026-04-08 overview "Profile Structure" and ``business_schema``.
+- Platform node: also a valid business-shaped profile, carrying the vendor capability
+  ``{vendor}.agent_graph`` whose config lists the companies with cursor pagination (the INDEX wave
+  of progressive disclosure; sub-agent detail lives in the company profiles, verbs in the manifest).
+
+Vendor capability names and document URLs follow UCP namespace authority binding: the
+``{vendor_prefix}`` namespace is bound to the host of ``{vendor_base_url}`` (reversed labels).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from ..errors import BadRequest
+
+__all__ = [
+    "MCP_PATH",
+    "REST_PATH",
+    "SHOPPING_CAPABILITIES",
+    "UCP_VERSION",
+    "CompanyLink",
+    "SubagentSummary",
+    "VendorNamespace",
+    "agent_graph_page",
+    "authority_binding_ok",
+    "build_company_profile",
+    "build_platform_profile",
+    "decode_cursor",
+    "default_payment_handlers",
+    "encode_cursor",
+    "shopping_capabilities",
+]
+
+UCP_VERSION = "2026-04-08"
+REST_PATH = "/ucp/v1"  # REST binding endpoint on the company's origin (OpenAPI paths appended)
+MCP_PATH = "/ucp/mcp"  # MCP Streamable HTTP endpoint
+_UCP_DEV = f"https://ucp.dev/{UCP_VERSION}"
+
+# (capability, spec page, schema file, extends) for what the gateway implements.
+SHOPPING_CAPABILITIES: tuple[tuple[str, str, str, str | None], ...] = (
+    ("dev.ucp.shopping.checkout", "checkout", "checkout", None),
+    ("dev.ucp.shopping.fulfillment", "fulfillment", "fulfillment", "dev.ucp.shopping.checkout"),
+    ("dev.ucp.shopping.discount", "discount", "discount", "dev.ucp.shopping.checkout"),
+    ("dev.ucp.shopping.buyer_consent", "buyer-consent", "buyer_consent", "dev.ucp.shopping.checkout"),
+    ("dev.ucp.shopping.order", "order", "order", None),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class VendorNamespace:
+    """The vendor capability namespace and where its spec/schema documents live.
+
+    Attributes:
+        prefix: reverse-domain prefix, e.g. ``com.solidnumber``.
+        base_url: base of the documents, e.g. ``https://solidnumber.com/ucp`` (no trailing slash).
+        version: version of the vendor capabilities (``YYYY-MM-DD``).
+    """
+
+    prefix: str
+    base_url: str
+    version: str = UCP_VERSION
+
+    def name(self, short: str) -> str:
+        return f"{self.prefix}.{short}"
+
+    def spec_url(self, short: str) -> str:
+        return f"{self.base_url.rstrip('/')}/specification/{short}"
+
+    def schema_url(self, short: str) -> str:
+        return f"{self.base_url.rstrip('/')}/schemas/{short}.json"
+
+    def entry(self, short: str, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "version": self.version,
+            "spec": self.spec_url(short),
+            "schema": self.schema_url(short),
+        }
+        if config is not None:
+            out["config"] = dict(config)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentSummary:
+    """What a company profile says about one sub-agent (from the verb registry).
+
+    Attributes:
+        verb_count: verbs the sub-agent exposes on the UCP surface.
+        risk_classes: risk classes present among them (e.g. ``READ``, ``WRITE``).
+        role_floors: role floors present among them (e.g. ``read_only``, ``admin``).
+        manifest_url: where to get the verb list; None -> the default manifest URL on the origin.
+    """
+
+    verb_count: int = 0
+    risk_classes: tuple[str, ...] = ()
+    role_floors: tuple[str, ...] = ()
+    manifest_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompanyLink:
+    """One company in the agent graph: slug, display name, profile URL (None when it has no host)."""
+
+    slug: str
+    name: str
+    profile: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def authority_binding_ok(prefix: str, base_url: str) -> bool:
+    """UCP namespace authority binding: the reversed host labels of ``base_url`` are equal to, or a
+    label-aligned prefix of, ``prefix`` (``solidnumber.com`` binds ``com.solidnumber``; HEAD #530)."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    if urlsplit(base_url).scheme != "https" or not host:
+        return False
+    reversed_host = ".".join(reversed(host.split(".")))
+    return prefix == reversed_host or prefix.startswith(reversed_host + ".")
+
+
+def shopping_capabilities() -> dict[str, list[dict[str, Any]]]:
+    """The ``dev.ucp.shopping.*`` capability registry entries the gateway implements."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, spec, schema, extends in SHOPPING_CAPABILITIES:
+        entry: dict[str, Any] = {
+            "version": UCP_VERSION,
+            "spec": f"{_UCP_DEV}/specification/{spec}",
+            "schema": f"{_UCP_DEV}/schemas/shopping/{schema}.json",
+        }
+        if extends:
+            entry["extends"] = extends
+        out[name] = [entry]
+    return out
+
+
+def default_payment_handlers(vendor: VendorNamespace) -> dict[str, list[dict[str, Any]]]:
+    """The demo payment handler (tokens ``success_token`` / ``fail_token``; demo data README)."""
+    entry = vendor.entry("mock_payment", {"environment": "demo"})
+    entry["id"] = "mock_payment_handler"
+    entry["available_instruments"] = [{"type": "card", "constraints": {"brands": ["visa", "mastercard"]}}]
+    return {vendor.name("mock_payment"): [entry]}
+
+
+def _services(origin: str) -> dict[str, list[dict[str, Any]]]:
+    spec = f"{_UCP_DEV}/specification/overview"
+    return {
+        "dev.ucp.shopping": [
+            {
+                "version": UCP_VERSION,
+                "spec": spec,
+                "transport": "rest",
+                "endpoint": origin + REST_PATH,
+                "schema": f"{_UCP_DEV}/services/shopping/rest.openapi.json",
+            },
+            {
+                "version": UCP_VERSION,
+                "spec": spec,
+                "transport": "mcp",
+                "endpoint": origin + MCP_PATH,
+                "schema": f"{_UCP_DEV}/services/shopping/mcp.openrpc.json",
+            },
+        ]
+    }
+
+
+def default_manifest_url(origin: str, subagent: str) -> str:
+    """The verb manifest of one sub-agent (solid-verbs manifest endpoint, filtered to the UCP surface)."""
+    return f"{origin}/api/v1/agent/verbs?surface=ucp&subagent={quote(subagent)}"
+
+
+def build_company_profile(
+    *,
+    origin: str,
+    vendor: VendorNamespace,
+    subagents: Mapping[str, SubagentSummary],
+    keys: Sequence[Mapping[str, Any]],
+    payment_handlers: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> dict[str, Any]:
+    """A company's business profile.
+
+    Args:
+        origin: ``scheme://host[:port]`` of the company (no trailing slash).
+        vendor: the vendor namespace.
+        subagents: enabled sub-agent name -> summary; one ``{vendor}.{name}`` capability each.
+        keys: the company's published public JWKs (pending + active + rotating).
+        payment_handlers: the ``ucp.payment_handlers`` registry.
+    Returns: the JSON document (keys in both ``signing_keys`` and ``keys``).
+    """
+    capabilities = shopping_capabilities()
+    for name in sorted(subagents):
+        s = subagents[name]
+        config = {
+            "verb_count": s.verb_count,
+            "risk_classes": sorted(s.risk_classes),
+            "role_floors": sorted(s.role_floors),
+            "manifest": s.manifest_url or default_manifest_url(origin, name),
+        }
+        capabilities[vendor.name(name)] = [vendor.entry(name, config)]
+    public = [dict(k) for k in keys]
+    return {
+        "ucp": {
+            "version": UCP_VERSION,
+            "services": _services(origin),
+            "capabilities": capabilities,
+            "payment_handlers": {k: [dict(e) for e in v] for k, v in payment_handlers.items()},
+        },
+        "signing_keys": public,
+        "keys": public,
+    }
+
+
+def encode_cursor(slug: str) -> str:
+    """Opaque keyset cursor for the page after ``slug``."""
+    return base64.urlsafe_b64encode(slug.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    """Inverse of :func:`encode_cursor`. Raises BadRequest (``invalid_cursor``)."""
+    try:
+        slug = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise BadRequest("invalid cursor", code="invalid_cursor") from None
+    if not slug or len(slug) > 63:
+        raise BadRequest("invalid cursor", code="invalid_cursor")
+    return slug
+
+
+def agent_graph_page(links: Sequence[CompanyLink], *, next_url: str | None, page_url: str) -> dict[str, Any]:
+    """One page of the agent graph: ``{"companies": [...], "next": url|null, "pages": url}``."""
+    companies = []
+    for link in links:
+        item: dict[str, Any] = {"slug": link.slug, "name": link.name}
+        if link.profile:
+            item["profile"] = link.profile
+        item.update(link.extra)
+        companies.append(item)
+    return {"companies": companies, "next": next_url, "pages": page_url}
+
+
+def build_platform_profile(
+    *, vendor: VendorNamespace, first_page: Mapping[str, Any], keys: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """The platform node's profile: no shopping services, one ``{vendor}.agent_graph`` capability
+    whose config is the first agent-graph page (``next`` links to the rest)."""
+    doc: dict[str, Any] = {
+        "ucp": {
+            "version": UCP_VERSION,
+            "services": {},
+            "capabilities": {vendor.name("agent_graph"): [vendor.entry("agent_graph", first_page)]},
+            "payment_handlers": {},
+        }
+    }
+    if keys:
+        doc["signing_keys"] = [dict(k) for k in keys]
+        doc["keys"] = [dict(k) for k in keys]
+    return doc

@@ -1,0 +1,92 @@
+"""Discovery and negotiation errors (UCP 2026-04-08 overview, "Error Handling"; signatures.md).
+
+::
+
+    GatewayError
+     +-- InvalidProfileUrl          invalid_profile_url        400
+     +-- ProfileUnreachable         profile_unreachable        424
+     +-- ProfileMalformed           profile_malformed          422
+     +-- VersionUnsupported         version_unsupported        422
+     +-- ProfileNotTrusted          profile_not_trusted        403
+     +-- CapabilitiesIncompatible   capabilities_incompatible  200 (UCP error envelope, a business outcome)
+
+Transport errors render as ``{"code", "content"}``; ``CapabilitiesIncompatible.to_body`` renders the
+UCP ``error_response`` envelope instead, so one error middleware handles every case.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..errors import BadRequest, Forbidden, GatewayError
+
+__all__ = [
+    "CapabilitiesIncompatible",
+    "InvalidProfileUrl",
+    "ProfileMalformed",
+    "ProfileNotTrusted",
+    "ProfileUnreachable",
+    "VersionUnsupported",
+]
+
+
+class InvalidProfileUrl(BadRequest):
+    """UCP-Agent missing or malformed, profile URL not https, or its host resolves nowhere allowed."""
+
+    code = "invalid_profile_url"
+    http_status = 400
+
+
+class ProfileUnreachable(GatewayError):
+    """Fetching the platform profile failed: timeout, connection, non-2xx, redirect."""
+
+    code = "profile_unreachable"
+    http_status = 424
+
+
+class ProfileMalformed(GatewayError):
+    """The platform profile is not JSON, too large, or fails the UCP 2026-04-08 schema."""
+
+    code = "profile_malformed"
+    http_status = 422
+
+
+class VersionUnsupported(GatewayError):
+    """The platform's protocol version is neither ours nor a key of our ``supported_versions``."""
+
+    code = "version_unsupported"
+    http_status = 422
+
+
+class ProfileNotTrusted(Forbidden):
+    """The company accepts only registered partners (allowlist mode) and this profile is not one."""
+
+    code = "profile_not_trusted"
+    http_status = 403
+
+
+class CapabilitiesIncompatible(GatewayError):
+    """Empty intersection, or the operation needs a capability outside the negotiated set.
+
+    A business outcome: HTTP 200 with the UCP ``error_response`` envelope (UCP overview, "Error
+    Handling"; shopping/types/error_response.json).
+    """
+
+    code = "capabilities_incompatible"
+    http_status: ClassVar[int] = 200
+
+    def __init__(self, message: str = "", *, version: str, continue_url: str | None = None):
+        super().__init__(message or "No mutually supported capabilities for this operation")
+        self.version = version
+        self.continue_url = continue_url
+
+    def to_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "ucp": {"version": self.version, "status": "error"},
+            "messages": [
+                {"type": "error", "code": self.code, "content": self.message, "severity": "unrecoverable"}
+            ],
+        }
+        if self.continue_url:
+            body["continue_url"] = self.continue_url
+        return body

@@ -1,0 +1,251 @@
+"""Platform-profile fetcher: the gateway's main outbound surface (UCP overview "Fetching").
+
+Rules implemented (settings in brackets):
+- https only; plain http only for hosts on the dev allowlist in development [dev_profile_hosts];
+- SSRF guard: special-use addresses refused, connection made to the checked address (``ssrf``);
+- no redirects; connect and read timeouts [profile_fetch_connect_timeout, _read_timeout];
+- body cap [profile_fetch_max_bytes], enforced on the decoded stream;
+- LRU cache [profile_cache_size] with a TTL floor [profile_cache_ttl_floor] that honours a longer
+  ``Cache-Control: max-age`` up to [profile_cache_ttl_max]; conditional refresh with If-None-Match;
+- single-flight: concurrent requests for one URL share one fetch;
+- exponential backoff after failures [profile_fetch_backoff_base, _max];
+- forced refresh on an unknown kid at most once per TTL floor per origin;
+- a failed refresh never evicts a good cached copy; it is served up to [profile_stale_if_error]
+  seconds past expiry.
+
+It implements the signature middleware's key-resolver protocol (:meth:`ProfileFetcher.resolve`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from ..clock import Clock, SystemClock
+from ..config import Settings
+from ..errors import GatewayError
+from .agent_header import validate_profile_url
+from .caching import cache_ttl
+from .errors import InvalidProfileUrl, ProfileMalformed, ProfileUnreachable
+from .profiles import PlatformProfile, parse_platform_profile
+from .ssrf import BlockedAddress, GuardedResolver, HostResolver, address_allowed, ip_literal
+
+__all__ = ["USER_AGENT", "ProfileFetcher"]
+
+USER_AGENT = "ucp-gateway/0.1 (+profile-fetcher)"
+
+
+@dataclass(slots=True)
+class _Entry:
+    profile: PlatformProfile
+    expires_at: float  # UTC seconds
+
+
+@dataclass(slots=True)
+class _Failure:
+    count: int
+    retry_at: float
+    error: GatewayError
+
+
+def _origin(url: str) -> str:
+    p = urlsplit(url)
+    return (
+        f"{p.scheme.lower()}://{(p.hostname or '').lower()}:{p.port or (443 if p.scheme == 'https' else 80)}"
+    )
+
+
+class ProfileFetcher:
+    """Fetches, validates and caches platform profiles.
+
+    Args:
+        settings: gateway settings (see module docstring for the fields used).
+        clock: time source for TTLs, backoff and refresh throttling.
+        resolver: name-resolution seam ``async (host, port) -> [ip]`` (default: the OS resolver).
+    Use ``await fetcher.close()`` when done (``setup`` registers that on the app).
+    """
+
+    def __init__(
+        self, settings: Settings, *, clock: Clock | None = None, resolver: HostResolver | None = None
+    ):
+        self._s = settings
+        self._clock = clock or SystemClock()
+        self._dev_hosts = (
+            frozenset(h.lower() for h in settings.dev_profile_hosts) if settings.dev_mode else frozenset()
+        )
+        self._resolver = resolver
+        self._session: aiohttp.ClientSession | None = None
+        self._cache: OrderedDict[str, _Entry] = OrderedDict()
+        self._failures: dict[str, _Failure] = {}
+        self._forced: OrderedDict[str, float] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future[PlatformProfile]] = {}
+        self.fetch_count = 0  # network fetches started (for tests and the bench)
+
+    # -- key-resolver protocol --------------------------------------------------------------
+    async def resolve(
+        self, profile_url: str, kid: str, *, force_refresh: bool = False
+    ) -> dict[str, Any] | None:
+        """The public JWK with ``kid`` from the profile's ``signing_keys``/``keys``, or None.
+
+        On an unknown kid (or ``force_refresh``) the profile is re-fetched, at most once per TTL floor
+        per origin (UCP signatures.md "Key lookup" step 3); a failed refresh keeps the cached copy.
+        Raises: the profile errors of :meth:`get_profile` when no usable copy exists.
+        """
+        profile = await self.get_profile(profile_url)
+        key = profile.key(kid)
+        if key is not None and not force_refresh:
+            return key
+        origin, now = _origin(profile_url), self._now()
+        last = self._forced.get(origin)
+        if last is not None and now - last < self._s.profile_cache_ttl_floor:
+            return key
+        self._forced[origin] = now
+        self._forced.move_to_end(origin)
+        while len(self._forced) > self._s.profile_cache_size:
+            self._forced.popitem(last=False)
+        try:
+            fresh = await self._single_flight(profile_url)
+        except GatewayError:
+            return key
+        return fresh.key(kid)
+
+    async def get_profile(self, url: str) -> PlatformProfile:
+        """The validated platform profile at ``url``, from cache when fresh.
+
+        Raises: InvalidProfileUrl (400), ProfileUnreachable (424), ProfileMalformed (422).
+        """
+        validate_profile_url(url, http_hosts=self._dev_hosts)
+        now = self._now()
+        entry = self._cache.get(url)
+        if entry is not None and now < entry.expires_at:
+            self._cache.move_to_end(url)
+            return entry.profile
+        failure = self._failures.get(url)
+        try:
+            if failure is not None and now < failure.retry_at:
+                raise type(failure.error)(f"{failure.error.message} (retrying later)")
+            return await self._single_flight(url)
+        except GatewayError:
+            if entry is not None and now < entry.expires_at + self._s.profile_stale_if_error:
+                return entry.profile
+            raise
+
+    def cached(self, url: str) -> PlatformProfile | None:
+        """The cached copy (fresh or stale) without any I/O."""
+        entry = self._cache.get(url)
+        return entry.profile if entry else None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- internals -------------------------------------------------------------------------
+    def _now(self) -> float:
+        return self._clock.now().timestamp()
+
+    def _session_for_loop(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                resolver=GuardedResolver(self._resolver, loopback_hosts=self._dev_hosts),
+                use_dns_cache=False,
+                limit=100,
+            )
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=True)
+        return self._session
+
+    async def _single_flight(self, url: str) -> PlatformProfile:
+        fut = self._inflight.get(url)
+        if fut is None:
+            fut = asyncio.ensure_future(self._fetch_and_store(url))
+            self._inflight[url] = fut
+            fut.add_done_callback(lambda f, u=url: self._done(u, f))
+        return await asyncio.shield(fut)
+
+    def _done(self, url: str, fut: asyncio.Future[PlatformProfile]) -> None:
+        if self._inflight.get(url) is fut:
+            del self._inflight[url]
+        if not fut.cancelled():
+            fut.exception()  # mark retrieved even when every waiter went away
+
+    async def _fetch_and_store(self, url: str) -> PlatformProfile:
+        previous = self._cache.get(url)
+        try:
+            profile, ttl = await self._fetch(url, previous.profile if previous else None)
+        except GatewayError as exc:
+            count = self._failures[url].count + 1 if url in self._failures else 1
+            delay = min(
+                self._s.profile_fetch_backoff_max, self._s.profile_fetch_backoff_base * 2 ** (count - 1)
+            )
+            self._failures[url] = _Failure(count, self._now() + delay, exc)
+            raise
+        self._failures.pop(url, None)
+        self._cache[url] = _Entry(profile, self._now() + ttl)
+        self._cache.move_to_end(url)
+        while len(self._cache) > self._s.profile_cache_size:
+            self._cache.popitem(last=False)
+        return profile
+
+    async def _fetch(self, url: str, previous: PlatformProfile | None) -> tuple[PlatformProfile, float]:
+        host = urlsplit(url).hostname or ""
+        if ip_literal(host) and not address_allowed(host, allow_loopback=host.lower() in self._dev_hosts):
+            raise InvalidProfileUrl("profile host is a special-use address")
+        s = self._s
+        timeout = aiohttp.ClientTimeout(
+            total=s.profile_fetch_connect_timeout + s.profile_fetch_read_timeout,
+            sock_connect=s.profile_fetch_connect_timeout,
+            sock_read=s.profile_fetch_read_timeout,
+        )
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity", "User-Agent": USER_AGENT}
+        if previous is not None and previous.etag:
+            headers["If-None-Match"] = previous.etag
+        self.fetch_count += 1
+        try:
+            async with self._session_for_loop().get(
+                url, allow_redirects=False, headers=headers, timeout=timeout
+            ) as resp:
+                if 300 <= resp.status < 400 and resp.status != 304:
+                    raise ProfileUnreachable(
+                        f"profile fetch answered a redirect ({resp.status}); redirects are refused"
+                    )
+                ttl = cache_ttl(
+                    resp.headers.get("Cache-Control"),
+                    floor=s.profile_cache_ttl_floor,
+                    cap=s.profile_cache_ttl_max,
+                )
+                if resp.status == 304 and previous is not None:
+                    return previous, ttl
+                if resp.status != 200:
+                    raise ProfileUnreachable(f"profile fetch answered HTTP {resp.status}")
+                body = await _read_capped(resp, s.profile_fetch_max_bytes)
+                etag = resp.headers.get("ETag")
+        except TimeoutError:
+            raise ProfileUnreachable("profile fetch timed out") from None
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, BlockedAddress):
+                raise InvalidProfileUrl("profile host resolves to a special-use address") from None
+            if isinstance(exc, aiohttp.ClientConnectorDNSError):
+                raise InvalidProfileUrl("profile host cannot be resolved") from None
+            raise ProfileUnreachable("cannot connect to the profile host") from None
+        except aiohttp.ClientError as exc:
+            raise ProfileUnreachable(f"profile fetch failed: {type(exc).__name__}") from None
+        return parse_platform_profile(url, body, etag=etag), ttl
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """Read at most ``cap`` bytes; stop and raise ProfileMalformed as soon as the body is larger."""
+    if resp.content_length is not None and resp.content_length > cap:
+        raise ProfileMalformed(f"profile larger than {cap} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > cap:
+            raise ProfileMalformed(f"profile larger than {cap} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,71 @@
+"""Per-request negotiation (imperative shell around :mod:`negotiation`).
+
+Order matters for safety: the ``UCP-Agent`` header is parsed first (400), the company's trust policy
+is applied before any outbound fetch (403, so an untrusted URL never causes a fetch), then the
+platform profile is fetched (400/424/422) and negotiated (422 or the 200 ``capabilities_incompatible``
+envelope).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from ..tenancy import Company
+from .agent_header import AgentHeader, parse_ucp_agent
+from .fetcher import ProfileFetcher
+from .negotiation import Negotiated, negotiate
+from .partners import AgentRole, role_for_agent
+from .profiles import PlatformProfile
+
+__all__ = ["RequestNegotiation", "negotiate_request"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestNegotiation:
+    """Everything a transport needs after negotiation: who called, with which role, and what is active."""
+
+    agent: AgentHeader
+    profile: PlatformProfile
+    role: AgentRole
+    negotiated: Negotiated
+
+
+async def negotiate_request(
+    *,
+    header: str | None,
+    fetcher: ProfileFetcher,
+    pool: asyncpg.Pool,
+    company: Company,
+    business_profile: Mapping[str, Any],
+    operation: str | None = None,
+    continue_url: str | None = None,
+    http_hosts: frozenset[str] = frozenset(),
+    agent: AgentHeader | None = None,
+) -> RequestNegotiation:
+    """Parse ``UCP-Agent`` (or take ``agent`` from MCP meta), check trust, fetch, negotiate.
+
+    Args:
+        header: the raw ``UCP-Agent`` value (ignored when ``agent`` is given).
+        business_profile: the company's profile document (``build_company_profile`` output).
+        operation: ``checkout`` | ``cart`` | ``order`` | ``catalog`` | a capability name, or None.
+    Raises: InvalidProfileUrl 400, ProfileNotTrusted 403, ProfileUnreachable 424, ProfileMalformed 422,
+        VersionUnsupported 422, CapabilitiesIncompatible (200 envelope).
+    """
+    agent = agent or parse_ucp_agent(header, http_hosts=http_hosts)
+    role = await role_for_agent(pool, company.id, agent.profile)
+    profile = await fetcher.get_profile(agent.profile)
+    ucp = business_profile["ucp"]
+    negotiated = negotiate(
+        platform_version=agent.version or profile.version,
+        platform_capabilities=profile.capabilities,
+        business_version=ucp["version"],
+        business_capabilities=ucp.get("capabilities") or {},
+        supported_versions=ucp.get("supported_versions"),
+        operation=operation,
+        continue_url=continue_url,
+    )
+    return RequestNegotiation(agent, profile, role, negotiated)

@@ -1,0 +1,215 @@
+"""aiohttp wiring for discovery: ``GET /.well-known/ucp``, the agent-graph pages, vendor documents.
+
+Hosting rules (UCP overview "Profile Requirements -> Hosting"): never a redirect;
+``Cache-Control: public, max-age=N`` with N >= 60; a strong ETag and ``If-None-Match`` -> 304. A
+rendered profile is kept per Host for ``profile_render_ttl`` seconds, so the hot path is a dict
+lookup and a byte copy.
+
+Wiring other parts (one line each, before the app starts):
+    app[KEYS_PROVIDER] = ucp_gateway.keys.published_jwks          # async (pool, company_id) -> [jwk]
+    app[SUBAGENT_PROVIDER] = <async (company, subagent) -> SubagentSummary>   # verb registry
+    app[PAYMENT_HANDLERS_PROVIDER] = <async (company) -> {name: [handler]}>   # commerce
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlsplit
+from uuid import UUID
+
+import asyncpg
+from aiohttp import web
+
+from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
+from ..clock import SystemClock
+from ..config import Settings
+from ..errors import ConfigError, GatewayError
+from ..tenancy import Company, list_companies, list_subagents, normalize_host, resolve_host
+from .builder import (
+    CompanyLink,
+    SubagentSummary,
+    VendorNamespace,
+    agent_graph_page,
+    authority_binding_ok,
+    build_company_profile,
+    build_platform_profile,
+    decode_cursor,
+    default_payment_handlers,
+    encode_cursor,
+)
+from .caching import etag_matches, make_etag
+from .fetcher import ProfileFetcher
+from .vendor_docs import schema_document, spec_document
+
+__all__ = [
+    "KEYS_PROVIDER",
+    "PAYMENT_HANDLERS_PROVIDER",
+    "PROFILE_FETCHER",
+    "SUBAGENT_PROVIDER",
+    "VENDOR",
+    "company_profile_document",
+    "setup",
+]
+
+KeysProvider = Callable[[asyncpg.Pool, UUID], Awaitable[Sequence[Mapping[str, Any]]]]
+SubagentProvider = Callable[[Company, str], Awaitable[SubagentSummary]]
+PaymentHandlersProvider = Callable[[Company], Awaitable[Mapping[str, Sequence[Mapping[str, Any]]]]]
+
+PROFILE_FETCHER = web.AppKey("ucpgw.profile_fetcher", ProfileFetcher)
+KEYS_PROVIDER = web.AppKey("ucpgw.keys_provider", KeysProvider)  # type: ignore[arg-type]
+SUBAGENT_PROVIDER = web.AppKey("ucpgw.subagent_provider", SubagentProvider)  # type: ignore[arg-type]
+PAYMENT_HANDLERS_PROVIDER = web.AppKey("ucpgw.payment_handlers_provider", PaymentHandlersProvider)  # type: ignore[arg-type]
+VENDOR = web.AppKey("ucpgw.vendor", VendorNamespace)
+_RENDERED = web.AppKey("ucpgw.rendered_profiles", OrderedDict)
+_RENDER_CAPACITY = 1024
+JSON = "application/json"
+
+
+async def no_keys(pool: asyncpg.Pool, company_id: UUID) -> list[dict[str, Any]]:
+    """Default keys provider until ``ucp_gateway.keys.published_jwks`` is wired: no keys."""
+    return []
+
+
+async def empty_subagent(company: Company, subagent: str) -> SubagentSummary:
+    """Default sub-agent summary until the verb registry is wired: no verbs, default manifest URL."""
+    return SubagentSummary()
+
+
+def _origin(settings: Settings, host: str) -> str:
+    return f"{settings.public_scheme}://{host}"
+
+
+def _hosted(request: web.Request, body: bytes, etag: str, content_type: str, max_age: int) -> web.Response:
+    headers = {"Cache-Control": f"public, max-age={max_age}", "ETag": etag}
+    if etag_matches(request.headers.get("If-None-Match"), etag):
+        return web.Response(status=304, headers=headers)
+    return web.Response(body=body, headers=headers, content_type=content_type)
+
+
+async def company_profile_document(app: web.Application, company: Company, origin: str) -> dict[str, Any]:
+    """The company's business profile (also what negotiation intersects against)."""
+    pool = app[DATABASE].pool
+    enabled = [n for n, on in (await list_subagents(pool, company.id)).items() if on]
+    provider = app[SUBAGENT_PROVIDER]
+    summaries = {n: await provider(company, n) for n in enabled}
+    return build_company_profile(
+        origin=origin,
+        vendor=app[VENDOR],
+        subagents=summaries,
+        keys=await app[KEYS_PROVIDER](pool, company.id),
+        payment_handlers=await app[PAYMENT_HANDLERS_PROVIDER](company),
+    )
+
+
+async def _graph_page(app: web.Application, host: str, after: str | None) -> dict[str, Any]:
+    settings = app[SETTINGS]
+    size = settings.agent_graph_page_size
+    companies = await list_companies(app[DATABASE].pool, after_slug=after, limit=size + 1)
+    port = host[host.rindex(":") :] if ":" in host and not host.endswith("]") else ""
+    links = [
+        CompanyLink(
+            c.slug,
+            c.display_name,
+            f"{settings.public_scheme}://{c.hostnames[0]}{port}/.well-known/ucp" if c.hostnames else None,
+        )
+        for c in companies[:size]
+    ]
+    pages = _origin(settings, host) + "/ucp/agent-graph"
+    next_url = (
+        pages + "?cursor=" + quote(encode_cursor(companies[size - 1].slug)) if len(companies) > size else None
+    )
+    return agent_graph_page(links, next_url=next_url, page_url=pages)
+
+
+async def _render(app: web.Application, request: web.Request) -> tuple[bytes, str]:
+    host = request.host
+    key = host.lower()
+    now = app[CLOCK].now().timestamp() if CLOCK in app else SystemClock().now().timestamp()
+    cache = app[_RENDERED]
+    hit = cache.get(key)
+    if hit is not None and now < hit[0]:
+        return hit[1], hit[2]
+    company = request.get(REQ_COMPANY, ...)
+    if company is ...:
+        company = await resolve_host(app[DATABASE].pool, normalize_host(host))
+    if company is None:
+        doc = build_platform_profile(vendor=app[VENDOR], first_page=await _graph_page(app, host, None))
+    else:
+        doc = await company_profile_document(app, company, _origin(app[SETTINGS], host))
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    etag = make_etag(body)
+    cache[key] = (now + app[SETTINGS].profile_render_ttl, body, etag)
+    cache.move_to_end(key)
+    while len(cache) > _RENDER_CAPACITY:
+        cache.popitem(last=False)
+    return body, etag
+
+
+async def well_known_ucp(request: web.Request) -> web.Response:
+    """``GET /.well-known/ucp``: company profile on a company host, platform node otherwise."""
+    body, etag = await _render(request.app, request)
+    return _hosted(request, body, etag, JSON, request.app[SETTINGS].profile_max_age)
+
+
+async def agent_graph(request: web.Request) -> web.Response:
+    """``GET /ucp/agent-graph?cursor=...``: one page of the platform's companies."""
+    cursor = request.query.get("cursor")
+    try:
+        after = decode_cursor(cursor) if cursor else None
+    except GatewayError as exc:
+        return web.json_response(exc.to_body(), status=exc.http_status)
+    page = await _graph_page(request.app, request.host, after)
+    body = json.dumps(page, separators=(",", ":")).encode()
+    return _hosted(request, body, make_etag(body), JSON, request.app[SETTINGS].profile_max_age)
+
+
+def _document_handler(kind: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        vendor = request.app[VENDOR]
+        body = spec_document(vendor, name) if kind == "spec" else schema_document(vendor, name)
+        if body is None:
+            return web.json_response({"code": "not_found", "content": "unknown document"}, status=404)
+        ctype = "text/markdown" if kind == "spec" else "application/schema+json"
+        return _hosted(request, body, make_etag(body), ctype, request.app[SETTINGS].profile_max_age)
+
+    return handler
+
+
+async def _close_fetcher(app: web.Application) -> None:
+    await app[PROFILE_FETCHER].close()
+
+
+def setup(app: web.Application) -> None:
+    """Register discovery routes, the profile fetcher (``app[PROFILE_FETCHER]``) and default providers.
+
+    Raises: ConfigError in production when the vendor prefix and base URL break authority binding.
+    """
+    settings = app[SETTINGS]
+    vendor = VendorNamespace(settings.vendor_prefix, settings.vendor_base_url.rstrip("/"))
+    if not settings.dev_mode and not authority_binding_ok(vendor.prefix, vendor.base_url):
+        raise ConfigError(
+            f"vendor_prefix {vendor.prefix!r} is not bound to the host of vendor_base_url {vendor.base_url!r}"
+        )
+    app[VENDOR] = vendor
+    app[PROFILE_FETCHER] = ProfileFetcher(settings, clock=app[CLOCK] if CLOCK in app else None)
+    app[_RENDERED] = OrderedDict()
+    if KEYS_PROVIDER not in app:
+        app[KEYS_PROVIDER] = no_keys
+    if SUBAGENT_PROVIDER not in app:
+        app[SUBAGENT_PROVIDER] = empty_subagent
+    if PAYMENT_HANDLERS_PROVIDER not in app:
+
+        async def demo_handlers(company: Company) -> Mapping[str, Sequence[Mapping[str, Any]]]:
+            return default_payment_handlers(vendor)
+
+        app[PAYMENT_HANDLERS_PROVIDER] = demo_handlers
+    base = urlsplit(vendor.base_url).path.rstrip("/")
+    app.router.add_get("/.well-known/ucp", well_known_ucp)
+    app.router.add_get("/ucp/agent-graph", agent_graph)
+    app.router.add_get(base + "/specification/{name}", _document_handler("spec"))
+    app.router.add_get(base + "/schemas/{name}.json", _document_handler("schema"))
+    app.on_cleanup.append(_close_fetcher)

@@ -1,0 +1,60 @@
+"""Signature errors with their UCP wire codes (UCP 2026-04-08 signatures.md, "Error Handling").
+
+::
+
+    Unauthorized (401)
+     +-- SignatureMissing       signature_missing
+     +-- SignatureInvalid       signature_invalid
+     +-- KeyNotFound            key_not_found
+    BadRequest (400)
+     +-- DigestMismatch         digest_mismatch
+     +-- AlgorithmUnsupported   algorithm_unsupported
+     +-- InvalidProfileUrl      invalid_profile_url
+
+Messages stay minimal on purpose (no oracle): unknown, retired and other-company kids all raise
+:class:`KeyNotFound` with the same text. The debug endpoint gives the details to admins.
+"""
+
+from __future__ import annotations
+
+from ..errors import BadRequest, Unauthorized
+
+__all__ = [
+    "AlgorithmUnsupported",
+    "DigestMismatch",
+    "InvalidProfileUrl",
+    "KeyNotFound",
+    "SignatureError",
+    "SignatureInvalid",
+    "SignatureMissing",
+]
+
+
+class SignatureError(Unauthorized):
+    """Base of the 401 signature errors."""
+
+    code = "signature_invalid"
+
+
+class SignatureMissing(SignatureError):
+    code = "signature_missing"
+
+
+class SignatureInvalid(SignatureError):
+    code = "signature_invalid"
+
+
+class KeyNotFound(SignatureError):
+    code = "key_not_found"
+
+
+class DigestMismatch(BadRequest):
+    code = "digest_mismatch"
+
+
+class AlgorithmUnsupported(BadRequest):
+    code = "algorithm_unsupported"
+
+
+class InvalidProfileUrl(BadRequest):
+    code = "invalid_profile_url"

@@ -1,0 +1,172 @@
+"""Signing our messages: responses (RFC 9421 §2.4) and outbound webhook requests.
+
+Pure functions over message views and a key; the aiohttp glue is in :mod:`.aiohttp`. ``alg`` is
+not written into ``Signature-Input`` (UCP signatures.md: the algorithm comes from the key).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import http_sf
+from cryptography.hazmat.primitives.asymmetric import ec
+from http_message_signatures import (
+    HTTPMessageSignaturesException,
+    HTTPMessageSigner,
+    MappingKeyResolver,
+    algorithms,
+)
+from multidict import CIMultiDict
+
+from .rfc9421 import RequestView, ResponseView
+from .rfc9530 import content_digest
+
+__all__ = [
+    "WEBHOOK_COMPONENTS",
+    "KeyForSigning",
+    "parse_accept_signature",
+    "response_components",
+    "sign_response_view",
+    "webhook_signature_headers",
+]
+
+WEBHOOK_COMPONENTS = (
+    "@method",
+    "@authority",
+    "@path",
+    "content-digest",
+    "content-type",
+    "ucp-agent",
+    "webhook-id",
+    "webhook-timestamp",
+)
+
+
+class KeyForSigning(Protocol):
+    kid: str
+    private_key: ec.EllipticCurvePrivateKey
+
+
+def _signer(key: KeyForSigning) -> HTTPMessageSigner:
+    return HTTPMessageSigner(
+        signature_algorithm=algorithms.ECDSA_P256_SHA256,
+        key_resolver=MappingKeyResolver(public_keys={}, private_keys={key.kid: key.private_key}),
+    )
+
+
+def response_components(has_body: bool, request: RequestView | None) -> list[str]:
+    """``@status`` (+ ``content-digest content-type`` with a body) and the request binding
+    ``"@method";req "@authority";req "@path";req`` (+ ``"content-digest";req`` when the request
+    has one). UCP signatures.md "Response covered components"; RFC 9421 §2.4, §7.3.7."""
+    comps = ["@status"]
+    if has_body:
+        comps += ["content-digest", "content-type"]
+    if request is not None:
+        comps += ['"@method";req', '"@authority";req', '"@path";req']
+        if "content-digest" in request.headers:
+            comps.append('"content-digest";req')
+    return comps
+
+
+def parse_accept_signature(value: str) -> tuple[str, list[str], dict[str, Any]] | None:
+    """First member of an ``Accept-Signature`` Dictionary (RFC 9421 §5.1): label, serialized
+    component ids, requested parameters. None if malformed."""
+    try:
+        parsed = http_sf.parse(value.encode("latin-1"), tltype="dictionary")
+    except Exception:
+        return None
+    for label, (member, params) in parsed.items():
+        if not isinstance(member, list):
+            return None
+        comps = []
+        for name, cparams in member:
+            if not isinstance(name, str):
+                return None
+            comps.append(http_sf.ser((name, cparams)))
+        return label, comps, dict(params)
+    return None
+
+
+def sign_response_view(
+    view: ResponseView,
+    key: KeyForSigning,
+    *,
+    now: dt.datetime,
+    accept_signature: str | None = None,
+    label: str = "sig1",
+    tag: str | None = None,
+) -> None:
+    """Sign ``view`` in place: sets Content-Digest (over ``view.body``, the exact bytes sent),
+    Signature-Input and Signature. Accept-Signature (§5.2), when usable, decides label,
+    components, ``nonce``/``tag``/``expires``; otherwise :func:`response_components` apply.
+    Raises HTTPMessageSignaturesException only on programming errors."""
+    if view.body:
+        view.headers["Content-Digest"] = content_digest(view.body)
+    default = response_components(bool(view.body), view.request)
+    kwargs: dict[str, Any] = {
+        "created": now,
+        "tag": tag,
+        "label": label,
+        "covered_component_ids": default,
+        "use_existing_digest": "Content-Digest" in view.headers,  # ours, over exactly view.body
+    }
+    asked = parse_accept_signature(accept_signature) if accept_signature else None
+    if asked is not None:
+        a_label, a_comps, a_params = asked
+        kwargs.update(label=a_label, covered_component_ids=a_comps)
+        if isinstance(a_params.get("nonce"), str):
+            kwargs["nonce"] = a_params["nonce"]
+        if isinstance(a_params.get("tag"), str):
+            kwargs["tag"] = a_params["tag"]
+        if "expires" in a_params:
+            kwargs["expires"] = now + dt.timedelta(minutes=5)
+    signer = _signer(key)
+    try:
+        signer.sign(view, key_id=key.kid, include_alg=False, **kwargs)
+    except HTTPMessageSignaturesException:
+        if asked is None:
+            raise
+        # components we cannot provide: fall back to our own coverage
+        kwargs.update(label=label, covered_component_ids=default, tag=tag)
+        signer.sign(view, key_id=key.kid, include_alg=False, **kwargs)
+
+
+def webhook_signature_headers(
+    key: KeyForSigning,
+    *,
+    url: str,
+    body: bytes,
+    ucp_agent: str,
+    webhook_id: str,
+    webhook_timestamp: str,
+    now: dt.datetime,
+    content_type: str = "application/json",
+    method: str = "POST",
+) -> dict[str, str]:
+    """Headers for an outbound signed webhook (UCP order webhooks; signatures.md).
+
+    Covers ``@method @authority @path content-digest content-type ucp-agent webhook-id
+    webhook-timestamp`` (+ ``@query`` when the URL has one). Send ``body`` exactly as given.
+    """
+    headers: CIMultiDict[str] = CIMultiDict()
+    headers["Content-Type"] = content_type
+    headers["Content-Digest"] = content_digest(body)
+    headers["UCP-Agent"] = ucp_agent
+    headers["Webhook-Id"] = webhook_id
+    headers["Webhook-Timestamp"] = webhook_timestamp
+    comps = list(WEBHOOK_COMPONENTS)
+    if urlsplit(url).query:
+        comps.insert(3, "@query")
+    view = RequestView(method.upper(), url, headers, body)
+    _signer(key).sign(
+        view,
+        key_id=key.kid,
+        created=now,
+        label="sig1",
+        include_alg=False,
+        covered_component_ids=comps,
+        use_existing_digest=True,
+    )
+    return dict(headers.items())

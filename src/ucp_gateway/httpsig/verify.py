@@ -1,0 +1,209 @@
+"""Verification entry point for any transport (RFC 9421 §3.2 with UCP signatures.md policy).
+
+``await verify_request(view, resolver, policy, now, replay_store)`` returns a
+:class:`VerifiedSignature` or raises one of the typed errors in :mod:`.errors`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import http_sf
+from http_message_signatures import HTTPMessageSignaturesException, InvalidSignature
+
+from .errors import (
+    AlgorithmUnsupported,
+    InvalidProfileUrl,
+    KeyNotFound,
+    SignatureInvalid,
+    SignatureMissing,
+)
+from .policy import SignaturePolicy, check_freshness, missing_components, required_components
+from .replay import ReplayStore
+from .resolver import KeyResolver
+from .rfc9421 import (
+    ParsedSignature,
+    RequestView,
+    algorithm_for_jwk,
+    make_verifier,
+    parse_signatures,
+    public_key_from_jwk,
+    single_signature_view,
+)
+from .rfc9530 import check_content_digest
+
+__all__ = [
+    "VerifiedSignature",
+    "profile_url_of",
+    "request_requirements",
+    "select_signatures",
+    "verify_request",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedSignature:
+    """A verified request signature. Only ``covered_components`` values are authenticated.
+
+    Attributes:
+        kid: the ``keyid`` (a ``kid`` in the caller's profile).
+        profile_url: the caller's profile URL from ``UCP-Agent``.
+        label: the (unsigned) label of the chosen signature.
+        covered_components: serialized component identifiers, in signed order.
+        created / expires: UNIX seconds or None. nonce / tag: strings or None.
+        algorithm: RFC 9421 algorithm id, e.g. ``ecdsa-p256-sha256``.
+        jwk: the public JWK that verified it.
+    """
+
+    kid: str
+    profile_url: str
+    label: str
+    covered_components: tuple[str, ...]
+    created: int | None
+    expires: int | None
+    nonce: str | None
+    tag: str | None
+    algorithm: str
+    jwk: dict[str, Any]
+
+
+def profile_url_of(ucp_agent: str | None, *, allow_http: bool = False) -> str:
+    """The ``profile`` member of a ``UCP-Agent`` Dictionary (RFC 8941). UCP overview §2.1.
+
+    Raises InvalidProfileUrl (400) if missing, malformed or not https.
+    """
+    if not ucp_agent:
+        raise InvalidProfileUrl("UCP-Agent header with a profile is required")
+    try:
+        parsed = http_sf.parse(ucp_agent.encode("latin-1"), tltype="dictionary")
+    except Exception as exc:
+        raise InvalidProfileUrl("UCP-Agent is not a valid structured field") from exc
+    member = parsed.get("profile")
+    url = member[0] if member else None
+    if not isinstance(url, str):
+        raise InvalidProfileUrl("UCP-Agent has no profile string")
+    if not (url.startswith("https://") or (allow_http and url.startswith("http://"))):
+        raise InvalidProfileUrl("profile URL must be https")
+    return url
+
+
+def request_requirements(view: RequestView) -> list[str]:
+    """Required components for ``view`` (see :func:`.policy.required_components`)."""
+    target = view.url.split("://", 1)[-1]
+    query = target.split("?", 1)[1] if "?" in target else ""
+    return required_components(
+        view.method,
+        has_query=bool(query),
+        has_ucp_agent="ucp-agent" in view.headers,
+        has_body=bool(view.body),
+    )
+
+
+async def select_signatures(
+    sigs: list[ParsedSignature], profile_url: str, resolver: KeyResolver, policy: SignaturePolicy
+) -> list[tuple[ParsedSignature, dict[str, Any]]]:
+    """Signatures whose ``keyid`` the caller's profile lists, in received order (RFC 9421 §4.3).
+
+    Unknown kids trigger one forced refresh (the resolver rate-limits it per origin). Raises
+    KeyNotFound with a fixed message, whatever the reason (no oracle, RFC 9421 §8.3).
+    """
+    cands = [s for s in sigs if s.keyid and (policy.tag is None or s.params.get("tag") == policy.tag)]
+    for force in (False, True):
+        found = []
+        for s in cands:
+            jwk = await resolver.resolve(profile_url, s.keyid or "", force_refresh=force)
+            if jwk is not None:
+                found.append((s, jwk))
+        if found:
+            return found
+    raise KeyNotFound("signature key not found in the caller's profile")
+
+
+async def verify_request(
+    view: RequestView,
+    resolver: KeyResolver,
+    policy: SignaturePolicy,
+    now: dt.datetime,
+    replay_store: ReplayStore | None = None,
+) -> VerifiedSignature:
+    """Verify the request signature of ``view``.
+
+    Steps (RFC 9421 §3.2; UCP signatures.md "Key lookup"): parse the signature fields; take the
+    caller's profile from ``UCP-Agent``; select the signature whose keyid the profile lists; pick
+    the algorithm from the key (a differing ``alg`` -> 400 algorithm_unsupported); freshness;
+    coverage gate; Content-Digest over the raw body (-> 400 digest_mismatch); ECDSA over the
+    rebuilt base; then record ``(keyid, nonce)`` in the replay store.
+
+    Raises: SignatureMissing, SignatureInvalid, KeyNotFound (401); DigestMismatch,
+    AlgorithmUnsupported, InvalidProfileUrl (400).
+    """
+    sig_input, sig = view.headers.get("Signature-Input"), view.headers.get("Signature")
+    if sig_input is None and sig is None:
+        raise SignatureMissing("request is not signed")
+    if sig_input is None or sig is None:  # a bare Signature is a pre-RFC draft (RFC 9421 App. A)
+        raise SignatureInvalid("Signature and Signature-Input must both be present")
+    # Several field lines combine into one Dictionary (RFC 9421 §4).
+    sigs = parse_signatures(
+        ", ".join(view.headers.getall("Signature-Input")), ", ".join(view.headers.getall("Signature"))
+    )
+    profile_url = profile_url_of(view.headers.get("UCP-Agent"), allow_http=policy.allow_http_profiles)
+    first_error: Exception | None = None
+    # An attacker may add signatures naming the caller's kid; one that verifies is enough (§7.2.6).
+    for chosen, jwk in await select_signatures(sigs, profile_url, resolver, policy):
+        try:
+            result = _verify_one(view, sigs, chosen, jwk, profile_url, policy, now)
+        except (SignatureInvalid, AlgorithmUnsupported) as exc:
+            first_error = first_error or exc
+            continue
+        if result.nonce is not None and replay_store is not None:
+            if not await replay_store.remember(result.kid, result.nonce, now=now, ttl=policy.replay_ttl):
+                raise SignatureInvalid("signature nonce was already used")
+        return result
+    assert first_error is not None
+    raise first_error
+
+
+def _verify_one(
+    view: RequestView,
+    sigs: list[ParsedSignature],
+    chosen: ParsedSignature,
+    jwk: dict[str, Any],
+    profile_url: str,
+    policy: SignaturePolicy,
+    now: dt.datetime,
+) -> VerifiedSignature:
+    alg_cls, _size = algorithm_for_jwk(jwk)
+    if alg_cls.algorithm_id == "ecdsa-p384-sha384" and not policy.allow_es384:
+        raise AlgorithmUnsupported("ES384 is not accepted")
+    if "alg" in chosen.params and chosen.params["alg"] != alg_cls.algorithm_id:
+        raise AlgorithmUnsupported("the alg parameter does not match the key")
+    public_key = public_key_from_jwk(jwk)
+    check_freshness(chosen.params, now, policy)
+    missing = missing_components(chosen.components, request_requirements(view))
+    if missing:
+        raise SignatureInvalid("signature does not cover required components: " + " ".join(missing))
+    if view.body or "content-digest" in view.headers:
+        check_content_digest(view.headers.get("Content-Digest"), view.body)
+    kid = chosen.keyid or ""
+    # The library sees only the chosen signature (others are never validated, RFC 9421 §7.2.6).
+    one = single_signature_view(view, chosen) if len(sigs) > 1 else view
+    try:
+        make_verifier(alg_cls, kid, public_key).verify(one, max_age=None)
+    except (InvalidSignature, HTTPMessageSignaturesException) as exc:
+        raise SignatureInvalid("request signature verification failed") from exc
+    p = chosen.params
+    nonce, tag = p.get("nonce"), p.get("tag")
+    return VerifiedSignature(
+        kid=kid,
+        profile_url=profile_url,
+        label=chosen.label,
+        covered_components=chosen.components,
+        created=p.get("created"),
+        expires=p.get("expires"),
+        nonce=nonce if isinstance(nonce, str) else None,
+        tag=tag if isinstance(tag, str) else None,
+        algorithm=alg_cls.algorithm_id,
+        jwk=jwk,
+    )

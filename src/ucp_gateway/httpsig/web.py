@@ -1,0 +1,241 @@
+"""aiohttp adapter: verify signed requests on company hosts, sign responses.
+
+Installed by :func:`setup`. Request storage it fills (keys from :mod:`ucp_gateway.appkeys` plus
+``REQ_SIGNATURE``):
+
+- ``request[REQ_RAW_BODY]``: the body bytes exactly as received (read once, before decoding);
+- ``request[REQ_SIGNATURE]``: :class:`.verify.VerifiedSignature` or None (unsigned, allowed);
+- ``request[REQ_PRINCIPAL]``: :class:`AgentPrincipal` on verified company routes (admin routes set
+  a ``StaffPrincipal`` instead).
+
+URL components come from the configured scheme + the Host (allow-listed: it resolved to a company)
++ ``request.raw_path``; header lines are taken raw in wire order (RFC 9421 §7.4.3, pitfalls 4-8).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from uuid import UUID
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
+from ..clock import SystemClock
+from ..config import Settings
+from ..errors import BadRequest, GatewayError
+from ..tenancy import resolve_host
+from .policy import SignaturePolicy
+from .replay import PgReplayStore, ReplayStore
+from .resolver import KeyResolver, ProfileKeyResolver
+from .rfc9421 import RequestView, ResponseView
+from .signing import sign_response_view
+from .verify import VerifiedSignature, verify_request
+
+__all__ = [
+    "KEY_RESOLVER",
+    "REPLAY_STORE",
+    "REQ_SIGNATURE",
+    "REQ_SIGN_RESPONSE",
+    "AgentPrincipal",
+    "effective_mode",
+    "mark_for_signing",
+    "policy_from_settings",
+    "request_view",
+    "setup",
+    "sign_response",
+    "signature_middleware",
+]
+
+log = logging.getLogger(__name__)
+
+REQ_SIGNATURE = "ucpgw.signature"
+REQ_SIGN_RESPONSE = "ucpgw.sign_response"
+#: The app's caller-key resolver (the discovery package sets its profile fetcher here).
+KEY_RESOLVER = web.AppKey("ucpgw.key_resolver", KeyResolver)  # type: ignore[type-abstract]
+REPLAY_STORE = web.AppKey("ucpgw.replay_store", PgReplayStore)
+_DEFAULT_RESOLVER = web.AppKey("ucpgw.httpsig.default_resolver", ProfileKeyResolver)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPrincipal:
+    """A caller on a company's UCP routes.
+
+    ``role`` is ``buyer`` for a verified platform (outside the staff ladder, docs/architecture.md)
+    and ``read_only`` (the lowest role) for an unsigned caller under ``optional``/``off`` policy.
+    """
+
+    company_id: UUID
+    profile_url: str | None
+    kid: str | None
+    role: str
+    authenticated: bool
+    kind: str = "agent"
+
+
+def effective_mode(signature_policy: str, dev_mode: bool) -> str:
+    """``off`` is honoured only in dev mode; otherwise it fails closed to ``required``."""
+    if signature_policy == "off" and not dev_mode:
+        return "required"
+    return signature_policy if signature_policy in ("required", "optional", "off") else "required"
+
+
+def policy_from_settings(s: Settings) -> SignaturePolicy:
+    return SignaturePolicy(
+        max_age=s.httpsig_max_age,
+        future_skew=s.httpsig_future_skew,
+        tag=s.httpsig_tag,
+        allow_es384=s.httpsig_allow_es384,
+        allow_http_profiles=s.dev_mode,
+    )
+
+
+def request_view(request: web.BaseRequest, body: bytes, scheme: str) -> RequestView:
+    """The RFC 9421 view of an aiohttp request: raw header lines, raw path, raw body."""
+    headers: CIMultiDict[str] = CIMultiDict(
+        (k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers
+    )
+    host = headers.get("Host") or request.host
+    return RequestView(
+        request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path
+    )
+
+
+_DOT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
+
+
+def _canonical_path(raw_path: str) -> bool:
+    """False for dot segments, plain or encoded (``/a/../b``, ``/a/%2e%2e/b``): the signed path and
+    the routed path could differ, so such requests are refused rather than normalised (pitfall 6)."""
+    return _DOT.search(raw_path.split("?", 1)[0]) is None
+
+
+def mark_for_signing(request: web.Request) -> None:
+    """Ask the middleware to sign this request's response (e.g. complete_checkout)."""
+    request[REQ_SIGN_RESPONSE] = True
+
+
+def _error_response(exc: GatewayError) -> web.Response:
+    return web.json_response(exc.to_body(), status=exc.http_status)
+
+
+async def sign_response(
+    request: web.Request, response: web.Response, *, pool, company_id: UUID, now: dt.datetime, scheme: str
+) -> web.Response:
+    """Sign a buffered response with the company's active key (RFC 9421 §2.4; UCP signatures.md).
+
+    The body must already be bytes (serialised once); the digest is taken over exactly those bytes
+    and the response must not be compressed or altered afterwards. Raises NoActiveKey /
+    KeyDecryptError from the keys package.
+    """
+    from ..keys.repository import active_signing_key
+
+    body = response.body
+    if not isinstance(body, (bytes, bytearray)):
+        body = b"" if body is None else bytes(body._value)  # type: ignore[union-attr]
+    key = await active_signing_key(pool, company_id)
+    raw = request.get(REQ_RAW_BODY, b"")
+    req_view = request_view(request, raw, scheme)
+    headers: CIMultiDict[str] = CIMultiDict(response.headers)
+    if body and "Content-Type" not in headers:
+        headers["Content-Type"] = response.content_type
+    view = ResponseView(response.status, headers, req_view, bytes(body))
+    sign_response_view(view, key, now=now, accept_signature=request.headers.get("Accept-Signature"))
+    for name in ("Content-Digest", "Signature-Input", "Signature", "Content-Type"):
+        if name in headers:
+            response.headers[name] = headers[name]
+    if "Accept-Signature" in request.headers:
+        response.headers.add("Vary", "Accept-Signature")
+    return response
+
+
+def _wants_signature(request: web.Request, company) -> bool:
+    s: Settings = request.app[SETTINGS]
+    return bool(
+        request.get(REQ_SIGN_RESPONSE)
+        or "Accept-Signature" in request.headers
+        or s.httpsig_sign_responses
+        or (company.settings or {}).get("sign_responses")
+    )
+
+
+@web.middleware
+async def signature_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Verify per the company's ``signature_policy``; sign responses when asked. Errors are
+    rendered here as ``{"code","content"}`` with the UCP status, never as 500."""
+    settings: Settings = request.app[SETTINGS]
+    pool = request.app[DATABASE].pool
+    body = await request.read()
+    request[REQ_RAW_BODY] = body
+    company = request[REQ_COMPANY] if REQ_COMPANY in request else await resolve_host(pool, request.host)
+    request[REQ_SIGNATURE] = None
+    if company is None or request.path.startswith(tuple(settings.httpsig_exempt_prefixes)):
+        return await handler(request)
+    if not _canonical_path(request.raw_path):
+        return _error_response(BadRequest("non-canonical request path (dot segments)"))
+    clock = request.app.get(CLOCK) or SystemClock()
+    mode = effective_mode(company.signature_policy, settings.dev_mode)
+    signed = "Signature-Input" in request.headers or "Signature" in request.headers
+    if mode == "off" or (mode == "optional" and not signed):
+        request[REQ_PRINCIPAL] = AgentPrincipal(company.id, None, None, "read_only", False)
+    else:
+        resolver = request.app.get(KEY_RESOLVER) or request.app[_DEFAULT_RESOLVER]
+        replay: ReplayStore | None = request.app.get(REPLAY_STORE)
+        view = request_view(request, body, settings.public_scheme)
+        try:
+            sig: VerifiedSignature = await verify_request(
+                view, resolver, policy_from_settings(settings), clock.now(), replay
+            )
+        except GatewayError as exc:
+            log.info("signature rejected", extra={"code": exc.code, "company": company.slug})
+            return _error_response(exc)
+        request[REQ_SIGNATURE] = sig
+        request[REQ_PRINCIPAL] = AgentPrincipal(company.id, sig.profile_url, sig.kid, "buyer", True)
+    response = await handler(request)
+    if isinstance(response, web.Response) and _wants_signature(request, company):
+        try:
+            await sign_response(
+                request,
+                response,
+                pool=pool,
+                company_id=company.id,
+                now=clock.now(),
+                scheme=settings.public_scheme,
+            )
+        except GatewayError as exc:  # no active key: fail closed rather than send unsigned
+            return _error_response(exc)
+    return response
+
+
+async def _httpsig_ctx(app: web.Application) -> AsyncIterator[None]:
+    s = app[SETTINGS]
+    session = aiohttp.ClientSession()
+    app[_DEFAULT_RESOLVER] = ProfileKeyResolver(
+        session, ttl=s.httpsig_profile_ttl, refresh_floor=s.httpsig_profile_refresh_floor
+    )
+    if REPLAY_STORE not in app:
+        app[REPLAY_STORE] = PgReplayStore(app[DATABASE].pool)
+    try:
+        yield
+    finally:
+        await session.close()
+
+
+def setup(app: web.Application) -> None:
+    """Install the signature middleware and its resources (one line in ``app.COMPONENTS``).
+
+    Also turns request decompression off (``auto_decompress=False``): Content-Digest covers the
+    content as transferred (RFC 9530 §2), so the body must be hashed before any decoding.
+    """
+    handler_args = dict(getattr(app, "_handler_args", None) or {})
+    handler_args["auto_decompress"] = False
+    app._handler_args = handler_args  # no public setter after construction
+    app.middlewares.append(signature_middleware)
+    app.cleanup_ctx.append(_httpsig_ctx)

@@ -1,0 +1,215 @@
+"""Admin REST API for keys and signature debugging; wiring of the keys subsystem into the app.
+
+Routes (``Authorization: Bearer ucpat_...``; roles read_only < employee < admin < owner)::
+
+    GET  /admin/v1/keys                      read_only   list keys (no private material, ever)
+    POST /admin/v1/keys/rotate               admin       new pending key
+    POST /admin/v1/keys/{kid}/activate       admin       pending -> active (after publish_min)
+    POST /admin/v1/keys/{kid}/retire         admin       rotating/pending -> retired
+    POST /admin/v1/keys/{kid}/compromise     owner       unpublish at once, replace if active
+    POST /admin/v1/signatures/debug          admin       body: a raw HTTP request (text)
+
+``setup(app)`` also loads the KEK ring, attaches the vault to the pool and starts the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
+from ..clock import SystemClock
+from ..errors import BadRequest, GatewayError
+from ..tenancy import resolve_host
+from .admin_tokens import AdminAuthError, StaffPrincipal, authenticate_admin, require_role
+from .envelope import KekRing
+from .repository import Vault, apply_event, attach_vault, compromise_key, list_keys, rotate
+from .scheduler import run_forever
+
+__all__ = ["VAULT", "load_ring", "setup"]
+
+VAULT = web.AppKey("ucpgw.keys.vault", Vault)
+_MAX_DEBUG = 256 * 1024
+
+Handler = Callable[[web.Request, StaffPrincipal], Awaitable[Any]]
+
+
+def load_ring(settings) -> KekRing:
+    """The KEK ring from settings (env text, secret file, or a generated dev ring)."""
+    return KekRing.load(
+        ring_text=settings.kek_ring.get_secret_value() if settings.kek_ring else None,
+        ring_file=settings.kek_file,
+        current=settings.kek_current,
+        keys_dir=settings.keys_dir,
+        dev_mode=settings.dev_mode,
+    )
+
+
+def _admin(floor: str) -> Callable[[Handler], Callable[[web.Request], Awaitable[web.StreamResponse]]]:
+    """Authenticate the bearer token, check the host's company and the role floor, render errors."""
+
+    def wrap(fn: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            pool = request.app[DATABASE].pool
+            try:
+                principal = await authenticate_admin(pool, request.headers.get("Authorization"))
+                company = (
+                    request.get(REQ_COMPANY)
+                    if REQ_COMPANY in request
+                    else await resolve_host(pool, request.host)
+                )
+                if company is not None and company.id != principal.company_id:
+                    raise AdminAuthError("a valid admin bearer token is required")
+                request[REQ_PRINCIPAL] = principal
+                require_role(principal, floor)
+                return web.json_response(await fn(request, principal))
+            except GatewayError as exc:
+                return web.json_response(exc.to_body(), status=exc.http_status)
+
+        return handler
+
+    return wrap
+
+
+async def _reason(request: web.Request) -> str:
+    if not request.can_read_body:
+        return ""
+    try:
+        data = json.loads(await request.read() or b"{}")
+    except ValueError:
+        raise BadRequest("body must be JSON") from None
+    reason = data.get("reason", "") if isinstance(data, dict) else ""
+    if not isinstance(reason, str) or len(reason) > 500:
+        raise BadRequest("reason must be a string of at most 500 characters")
+    return reason
+
+
+def _now(request: web.Request):
+    return (request.app.get(CLOCK) or SystemClock()).now()
+
+
+@_admin("read_only")
+async def list_handler(request: web.Request, p: StaffPrincipal) -> Any:
+    return {"keys": [k.to_json() for k in await list_keys(request.app[DATABASE].pool, p.company_id)]}
+
+
+@_admin("admin")
+async def rotate_handler(request: web.Request, p: StaffPrincipal) -> Any:
+    key = await rotate(
+        request.app[DATABASE].pool,
+        p.company_id,
+        actor=p.actor,
+        reason=await _reason(request) or "rotate",
+        now=_now(request),
+    )
+    return {"key": key.to_json()}
+
+
+@_admin("admin")
+async def activate_handler(request: web.Request, p: StaffPrincipal) -> Any:
+    kid = request.match_info["kid"]
+    state = await apply_event(
+        request.app[DATABASE].pool,
+        p.company_id,
+        kid,
+        "activate",
+        actor=p.actor,
+        reason=await _reason(request) or "activate",
+        now=_now(request),
+        publish_min=request.app[SETTINGS].keys_publish_min,
+    )
+    return {"kid": kid, "state": state.value}
+
+
+@_admin("admin")
+async def retire_handler(request: web.Request, p: StaffPrincipal) -> Any:
+    kid = request.match_info["kid"]
+    state = await apply_event(
+        request.app[DATABASE].pool,
+        p.company_id,
+        kid,
+        "retire",
+        actor=p.actor,
+        reason=await _reason(request) or "retire",
+        now=_now(request),
+    )
+    return {"kid": kid, "state": state.value}
+
+
+@_admin("owner")
+async def compromise_handler(request: web.Request, p: StaffPrincipal) -> Any:
+    kid = request.match_info["kid"]
+    new = await compromise_key(
+        request.app[DATABASE].pool,
+        p.company_id,
+        kid,
+        actor=p.actor,
+        reason=await _reason(request) or "compromised",
+        now=_now(request),
+    )
+    return {"kid": kid, "state": "compromised", "active_kid": new}
+
+
+@_admin("admin")
+async def debug_handler(request: web.Request, p: StaffPrincipal) -> Any:
+    from ..httpsig.debug import debug_signature
+    from ..httpsig.web import _DEFAULT_RESOLVER, KEY_RESOLVER, policy_from_settings
+
+    raw = await request.read()
+    if not raw or len(raw) > _MAX_DEBUG:
+        raise BadRequest("send the raw HTTP request (at most 256 KiB) as the body")
+    if request.content_type == "application/json":
+        try:
+            raw = json.loads(raw)["request"].encode("latin-1")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise BadRequest('JSON body must be {"request": "<raw HTTP request>"}') from None
+    resolver = request.app.get(KEY_RESOLVER) or request.app[_DEFAULT_RESOLVER]
+    settings = request.app[SETTINGS]
+    return await debug_signature(
+        raw,
+        resolver=resolver,
+        policy=policy_from_settings(settings),
+        now=_now(request),
+        scheme=settings.public_scheme,
+        cache_age=getattr(resolver, "cache_age", None),
+    )
+
+
+async def _keys_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    vault = Vault(load_ring(settings))
+    app[VAULT] = vault
+    pool = app[DATABASE].pool
+    attach_vault(pool, vault)
+    clock = app.get(CLOCK) or SystemClock()
+    task = asyncio.create_task(
+        run_forever(
+            pool,
+            now=clock.now,
+            interval=settings.keys_scheduler_interval,
+            publish_min=settings.keys_publish_min,
+            rotating_grace=settings.keys_rotating_grace,
+        )
+    )
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def setup(app: web.Application) -> None:
+    """Add the admin routes, the KEK vault and the key scheduler to ``app``."""
+    app.router.add_get("/admin/v1/keys", list_handler)
+    app.router.add_post("/admin/v1/keys/rotate", rotate_handler)
+    app.router.add_post("/admin/v1/keys/{kid}/activate", activate_handler)
+    app.router.add_post("/admin/v1/keys/{kid}/retire", retire_handler)
+    app.router.add_post("/admin/v1/keys/{kid}/compromise", compromise_handler)
+    app.router.add_post("/admin/v1/signatures/debug", debug_handler)
+    app.cleanup_ctx.append(_keys_ctx)

@@ -1,0 +1,139 @@
+"""Idempotency (UCP checkout-rest.md) and concurrency: one order per checkout, no oversell."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from ucp_gateway.db import tenant_tx
+
+from .conftest import SHIP_US, agent, headers, new_key, pay, payload, url
+
+
+async def test_replay_is_byte_identical_and_mismatch_is_409(client, database):
+    key = new_key()
+    r1 = await client.post(
+        url("/checkout-sessions"), json=payload(fulfillment=SHIP_US), headers=headers(key=key)
+    )
+    b1 = await r1.read()
+    r2 = await client.post(
+        url("/checkout-sessions"), json=payload(fulfillment=SHIP_US), headers=headers(key=key)
+    )
+    assert (r2.status, await r2.read()) == (r1.status, b1) == (201, b1)
+    assert r2.headers.get("Idempotent-Replayed") == "true"
+    r3 = await client.post(url("/checkout-sessions"), json=payload(qty=2), headers=headers(key=key))
+    assert r3.status == 409 and (await r3.json())["code"] == "idempotency_key_reused"
+    # another caller with the same key is a different scope
+    r4 = await client.post(
+        url("/checkout-sessions"), json=payload(qty=2), headers=headers(agent("b"), key=key)
+    )
+    assert r4.status == 201
+
+
+async def test_replayed_complete_is_byte_identical_and_charges_once(client, database, company):
+    r = await client.post(
+        url("/checkout-sessions"), json=payload(fulfillment=SHIP_US), headers=headers(key=new_key())
+    )
+    cid = (await r.json())["id"]
+    key = new_key()
+    a = await client.post(url(f"/checkout-sessions/{cid}/complete"), json=pay(), headers=headers(key=key))
+    b = await client.post(url(f"/checkout-sessions/{cid}/complete"), json=pay(), headers=headers(key=key))
+    assert a.status == b.status == 200 and await a.read() == await b.read()
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM payments WHERE checkout_id = $1", cid) == 1
+        assert await conn.fetchval("SELECT count(*) FROM orders WHERE checkout_id = $1", cid) == 1
+
+
+async def test_concurrent_duplicates_execute_once(client, database, company):
+    key = new_key()
+    rs = await asyncio.gather(
+        *[client.post(url("/checkout-sessions"), json=payload(), headers=headers(key=key)) for _ in range(8)]
+    )
+    bodies = {await r.read() for r in rs}
+    assert len(bodies) == 1 and {r.status for r in rs} == {201}
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM checkout_sessions") == 1
+
+
+async def test_store_failure_is_503_and_leaves_nothing(client, database, company):
+    owner = await asyncpg.connect(database.owner_dsn)
+    try:
+        await owner.execute("REVOKE INSERT, UPDATE ON commerce_idempotency FROM ucp_app")
+        r = await client.post(url("/checkout-sessions"), json=payload(), headers=headers(key=new_key()))
+        assert r.status == 503 and r.headers.get("Retry-After")
+        assert (await r.json())["code"] == "idempotency_unavailable"
+    finally:
+        await owner.execute("GRANT INSERT, UPDATE ON commerce_idempotency TO ucp_app")
+        await owner.close()
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM checkout_sessions") == 0
+
+
+async def test_5xx_is_not_cached(client, database):
+    r = await client.post(
+        url("/checkout-sessions"), json=payload(fulfillment=SHIP_US), headers=headers(key=new_key())
+    )
+    cid = (await r.json())["id"]
+    key = new_key()
+    owner = await asyncpg.connect(database.owner_dsn)
+    try:
+        await owner.execute("REVOKE UPDATE ON inventory FROM ucp_app")
+        r = await client.post(url(f"/checkout-sessions/{cid}/complete"), json=pay(), headers=headers(key=key))
+        assert r.status == 500
+    finally:
+        await owner.execute("GRANT UPDATE ON inventory TO ucp_app")
+        await owner.close()
+    r = await client.post(url(f"/checkout-sessions/{cid}/complete"), json=pay(), headers=headers(key=key))
+    assert r.status == 200 and (await r.json())["status"] == "completed"
+
+
+async def test_two_concurrent_completes_make_one_order(client, database, company):
+    r = await client.post(
+        url("/checkout-sessions"), json=payload(fulfillment=SHIP_US), headers=headers(key=new_key())
+    )
+    cid = (await r.json())["id"]
+    rs = await asyncio.gather(
+        *[
+            client.post(url(f"/checkout-sessions/{cid}/complete"), json=pay(), headers=headers(key=new_key()))
+            for _ in range(2)
+        ]
+    )
+    assert sorted(r.status for r in rs) == [200, 409]
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM orders") == 1
+        assert await conn.fetchval("SELECT count(*) FROM payments WHERE status = 'captured'") == 1
+        assert await conn.fetchval("SELECT count(*) FROM webhook_outbox") == 1
+
+
+async def test_fifty_buyers_last_ten_items_never_oversell(client, database, company):
+    async with tenant_tx(database.pool, company.id) as conn:
+        await conn.execute("UPDATE inventory SET quantity = 10 WHERE product_id = 'orchid_white'")
+    ids = []
+    for i in range(50):
+        r = await client.post(
+            url("/checkout-sessions"),
+            json=payload("orchid_white", fulfillment=SHIP_US),
+            headers=headers(agent(f"buyer{i}"), key=new_key()),
+        )
+        ids.append((i, (await r.json())["id"]))
+    rs = await asyncio.gather(
+        *[
+            client.post(
+                url(f"/checkout-sessions/{cid}/complete"),
+                json=pay(),
+                headers=headers(agent(f"buyer{i}"), key=new_key()),
+            )
+            for i, cid in ids
+        ]
+    )
+    bodies = [await r.json() for r in rs]
+    assert all(r.status == 200 for r in rs)
+    done = [b for b in bodies if b["status"] == "completed"]
+    assert len(done) == 10
+    for b in bodies:
+        if b["status"] != "completed":
+            assert any(m["code"] == "out_of_stock" for m in b["messages"])
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT quantity FROM inventory WHERE product_id = 'orchid_white'") == 0
+        assert await conn.fetchval("SELECT count(*) FROM orders") == 10

@@ -1,0 +1,182 @@
+"""End to end with real signatures: a buyer agent with its own key and platform profile on 127.0.0.1
+signs every request (RFC 9421), discovers the flower shop, checks out with 10OFF, receives the signed
+order webhook, verifies it and the complete response against the shop's /.well-known/ucp, and gets a
+byte-identical answer for a replayed complete."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from urllib.parse import urlsplit
+
+import aiohttp
+import pytest
+from pydantic import SecretStr
+
+from ucp_gateway.commerce.webhooks import WebhookWorker, _default_signer, profile_target_resolver
+from ucp_gateway.discovery.web import KEYS_PROVIDER
+from ucp_gateway.httpsig.web import setup as httpsig_setup
+from ucp_gateway.keys import ensure_active_key, published_jwks
+from ucp_gateway.keys.web import setup as keys_setup
+
+from .conftest import Platform, make_app, new_key
+from .sigutil import BuyerKey, Msg, RespMsg, verify_with_jwk
+
+
+@pytest.fixture
+async def buyer():
+    key = BuyerKey()
+    p = await Platform(signing_keys=[dict(key.jwk)]).start()
+    p.key = key
+    yield p
+    await p.runner.cleanup()
+
+
+@pytest.fixture
+async def shop(aiohttp_client, database, db_settings, company, tmp_path):
+    ring = "k1:" + base64.b64encode(os.urandom(32)).decode()
+    app = make_app(database, db_settings, public_scheme="http", kek_ring=SecretStr(ring), keys_dir=tmp_path)
+    httpsig_setup(app)
+    keys_setup(app)
+    app[KEYS_PROVIDER] = published_jwks
+    client = await aiohttp_client(app)
+    await ensure_active_key(database.pool, company.id, now=_now())
+    return client
+
+
+def _now():
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+async def _signed(client, buyer, method: str, url: str, body: dict | None = None, key: str | None = None):
+    raw = json.dumps(body).encode() if body is not None else b""
+    h = {"UCP-Agent": f'profile="{buyer.base}/profile/a.json"'}
+    if body is not None:
+        h["Content-Type"] = "application/json"
+    if key:
+        h["Idempotency-Key"] = key
+    path = urlsplit(url).path
+    full = str(client.make_url(path))
+    h = buyer.key.sign(method, full, h, raw)
+    h["Accept-Signature"] = 'sig1=("@status" "content-digest" "content-type")'
+    return await client.request(method, path, data=raw or None, headers=h)
+
+
+async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings):
+    # discover
+    r = await shop.get("/.well-known/ucp")
+    profile = await r.json()
+    shop_keys = {k["kid"]: k for k in profile.get("signing_keys", [])}
+    assert shop_keys, profile
+    endpoint = next(
+        s["endpoint"] for s in profile["ucp"]["services"]["dev.ucp.shopping"] if s["transport"] == "rest"
+    )
+    base = urlsplit(endpoint).path
+
+    # unsigned requests are refused by the shop's signature policy
+    r = await shop.post(
+        base + "/checkout-sessions",
+        json={"line_items": []},
+        headers={"UCP-Agent": f'profile="{buyer.base}/profile/a.json"'},
+    )
+    assert r.status == 401
+
+    create = {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 2}]}
+    r = await _signed(shop, buyer, "POST", base + "/checkout-sessions", create, new_key())
+    co = await r.json()
+    assert r.status == 201, co
+    assert set(co["ucp"]["capabilities"]) >= {"dev.ucp.shopping.checkout", "dev.ucp.shopping.fulfillment"}
+
+    # pick shipping and apply 10OFF
+    upd = {
+        **create,
+        "fulfillment": {
+            "methods": [
+                {
+                    "type": "shipping",
+                    "destinations": [
+                        {
+                            "id": "home",
+                            "street_address": "1 Elm St",
+                            "address_locality": "Springfield",
+                            "postal_code": "62704",
+                            "address_country": "US",
+                        }
+                    ],
+                    "selected_destination_id": "home",
+                }
+            ]
+        },
+    }
+    r = await _signed(shop, buyer, "PUT", base + f"/checkout-sessions/{co['id']}", upd, new_key())
+    co = await r.json()
+    options = co["fulfillment"]["methods"][0]["groups"][0]["options"]
+    upd["fulfillment"]["methods"][0]["groups"] = [
+        {"id": co["fulfillment"]["methods"][0]["groups"][0]["id"], "selected_option_id": options[0]["id"]}
+    ]
+    upd["discounts"] = {"codes": ["10OFF"]}
+    r = await _signed(shop, buyer, "PUT", base + f"/checkout-sessions/{co['id']}", upd, new_key())
+    co = await r.json()
+    assert co["status"] == "ready_for_complete", co
+    assert {t["type"]: t["amount"] for t in co["totals"]} == {
+        "subtotal": 3000,
+        "discount": -300,
+        "fulfillment": 500,
+        "total": 3200,
+    }
+
+    # complete (signed response, verified against the shop's published key)
+    pay = {
+        "payment": {
+            "instruments": [
+                {
+                    "id": "instr_1",
+                    "handler_id": "mock_payment_handler",
+                    "type": "card",
+                    "credential": {"type": "token", "token": "success_token"},
+                }
+            ]
+        }
+    }
+    ckey = new_key()
+    r1 = await _signed(shop, buyer, "POST", base + f"/checkout-sessions/{co['id']}/complete", pay, ckey)
+    b1 = await r1.read()
+    assert r1.status == 200, b1
+    done = json.loads(b1)
+    assert done["status"] == "completed" and b"success_token" not in b1
+    kid = r1.headers["Signature-Input"].split('keyid="')[1].split('"')[0]
+    verify_with_jwk(RespMsg(r1.status, dict(r1.headers), b1), shop_keys[kid], ("@status", "content-digest"))
+
+    # the order webhook, signed with the company key, verified against /.well-known/ucp
+    async with aiohttp.ClientSession() as s:
+        w = WebhookWorker(
+            database.pool,
+            db_settings,
+            _Clock(),
+            signer=_default_signer,
+            resolve_target=profile_target_resolver(s),
+            session=s,
+        )
+        assert await w.run_once() == 1
+    ((h, body),) = buyer.received
+    order = json.loads(body)
+    assert order["id"] == done["order"]["id"] and order["totals"][-1]["amount"] == 3200
+    wkid = h["Signature-Input"].split('keyid="')[1].split('"')[0]
+    verify_with_jwk(
+        Msg("POST", buyer.base + "/webhooks", h, body),
+        shop_keys[wkid],
+        ("@method", "@authority", "@path", "content-digest", "content-type", "ucp-agent"),
+    )
+    assert h["UCP-Agent"].startswith('profile="') and h["Webhook-Id"] and h["Webhook-Timestamp"].isdigit()
+
+    # a replayed complete (freshly signed, same key and body) is byte-identical
+    r2 = await _signed(shop, buyer, "POST", base + f"/checkout-sessions/{co['id']}/complete", pay, ckey)
+    assert (r2.status, await r2.read()) == (r1.status, b1)
+
+
+class _Clock:
+    def now(self):
+        return _now()

@@ -1,0 +1,207 @@
+"""REST binding against real PostgreSQL and a real aiohttp server."""
+
+from __future__ import annotations
+
+from ucp_sdk.models.schemas.shopping.checkout import Checkout
+from ucp_sdk.models.schemas.shopping.order import Order
+
+from .conftest import SHIP_US, agent, headers, new_key, pay, payload, url
+
+
+async def _create(client, body=None, **kw):
+    r = await client.post(
+        url("/checkout-sessions"), json=body or payload(**kw), headers=headers(key=new_key())
+    )
+    return r, await r.json()
+
+
+async def test_create_get_update_complete_flow(client):
+    r, co = await _create(client, payload(fulfillment=SHIP_US))
+    assert r.status == 201, co
+    Checkout.model_validate(co)
+    assert co["status"] == "ready_for_complete" and co["currency"] == "USD"
+    assert co["continue_url"].endswith(f"/checkout-sessions/{co['id']}")
+    assert {lk["type"] for lk in co["links"]} == {"terms_of_service", "privacy_policy"}
+    # roses ship free (promotion): total = 3500
+    assert co["totals"][-1] == {"type": "total", "amount": 3500}
+
+    r = await client.get(url(f"/checkout-sessions/{co['id']}"), headers=headers())
+    assert r.status == 200 and (await r.json())["id"] == co["id"]
+
+    upd = payload(
+        "pot_ceramic",
+        2,
+        fulfillment=SHIP_US,
+        discounts={"codes": ["10off"]},
+        buyer={
+            "email": "x@example.com",
+            "consent": {"analytics": False, "marketing": True, "preferences": True, "sale_of_data": False},
+        },
+    )
+    r = await client.put(url(f"/checkout-sessions/{co['id']}"), json=upd, headers=headers(key=new_key()))
+    co2 = await r.json()
+    assert r.status == 200, co2
+    t = {x["type"]: x["amount"] for x in co2["totals"]}
+    assert t == {"subtotal": 3000, "discount": -300, "fulfillment": 500, "total": 3200}
+    assert co2["buyer"]["consent"] == {
+        "analytics": False,
+        "marketing": True,
+        "preferences": True,
+        "sale_of_data": False,
+    }
+    assert co2["discounts"]["applied"][0]["code"] == "10OFF"
+
+    r = await client.post(
+        url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key())
+    )
+    done = await r.json()
+    assert r.status == 200, done
+    assert done["status"] == "completed" and "continue_url" not in done
+    assert "success_token" not in await r.text()
+    order_id = done["order"]["id"]
+
+    r = await client.get(url(f"/orders/{order_id}"), headers=headers())
+    order = await r.json()
+    Order.model_validate(order)
+    assert order["checkout_id"] == co["id"] and order["currency"] == "USD"
+    assert order["totals"] == co2["totals"]
+    assert order["line_items"][0]["quantity"] == {"original": 2, "total": 2, "fulfilled": 0}
+    assert order["fulfillment"]["expectations"][0]["method_type"] == "shipping"
+
+
+async def test_unknown_ids_are_200_not_found_envelopes(client):
+    for method, path in (
+        ("GET", "/checkout-sessions/nope"),
+        ("GET", "/orders/nope"),
+        ("POST", "/checkout-sessions/nope/cancel"),
+    ):
+        r = await client.request(method, url(path), headers=headers())
+        body = await r.json()
+        assert r.status == 200
+        assert body["ucp"]["status"] == "error" and body["messages"][0]["code"] == "not_found"
+        assert body["messages"][0]["severity"] == "unrecoverable"
+
+
+async def test_invalid_transitions_are_409(client):
+    _, co = await _create(client, payload(fulfillment=SHIP_US))
+    cid = co["id"]
+    r = await client.post(url(f"/checkout-sessions/{cid}/cancel"), headers=headers())
+    assert r.status == 200 and (await r.json())["status"] == "canceled"
+    for method, path, body in (
+        ("POST", f"/checkout-sessions/{cid}/cancel", None),
+        ("PUT", f"/checkout-sessions/{cid}", payload()),
+        ("POST", f"/checkout-sessions/{cid}/complete", pay()),
+    ):
+        r = await client.request(method, url(path), json=body, headers=headers(key=new_key()))
+        assert r.status == 409, await r.text()
+        assert (await r.json())["code"] == "checkout_not_modifiable"
+
+
+async def test_bad_input_never_500(client):
+    r, body = await _create(client, payload(qty=0))
+    assert r.status == 400 and "quantity" in body["content"]
+    r, body = await _create(client, payload(qty=-3))
+    assert r.status == 400
+    r = await client.post(url("/checkout-sessions"), data=b"{not json", headers=headers())
+    assert r.status == 400
+    r, body = await _create(client, payload("no_such_product"))
+    assert r.status == 200 and body["messages"][0]["code"] == "item_unavailable"
+    r, body = await _create(client, payload("gardenias"))
+    assert r.status == 200 and body["messages"][0]["code"] == "out_of_stock"
+    r, body = await _create(client, payload(qty=100000))
+    assert r.status == 200 and body["ucp"]["status"] == "error"
+    # a mix: the checkout exists, the unknown line is a recoverable message
+    mixed = {
+        "line_items": [
+            {"item": {"id": "pot_ceramic"}, "quantity": 1},
+            {"item": {"id": "zzz"}, "quantity": 1},
+        ],
+        "context": {"currency": "EUR"},
+    }
+    r, body = await _create(client, mixed)
+    assert r.status == 201 and body["status"] == "incomplete"
+    codes = {m["code"] for m in body["messages"]}
+    assert {"item_unavailable", "currency_unsupported"} <= codes
+
+
+async def test_client_prices_and_status_are_ignored(client):
+    body = payload(fulfillment=SHIP_US)
+    body.update(id="mine", status="completed", currency="EUR", totals=[{"type": "total", "amount": 1}])
+    body["line_items"][0]["item"].update(price=1, title="Cheap")
+    r, co = await _create(client, body)
+    assert r.status == 201 and co["id"] != "mine" and co["currency"] == "USD"
+    assert co["line_items"][0]["item"] == {
+        "id": "bouquet_roses",
+        "title": "Bouquet of Red Roses",
+        "price": 3500,
+        "image_url": "https://example.com/roses.jpg",
+    }
+
+
+async def test_payment_decline_is_recoverable_message(client):
+    _, co = await _create(client, payload(fulfillment=SHIP_US))
+    r = await client.post(
+        url(f"/checkout-sessions/{co['id']}/complete"),
+        json=pay("fail_token", "instr_fail"),
+        headers=headers(key=new_key()),
+    )
+    body = await r.json()
+    assert r.status == 200 and body["status"] == "incomplete"
+    assert [m["code"] for m in body["messages"] if m["type"] == "error"] == ["payment_failed"]
+    assert body["messages"][-1]["severity"] == "recoverable"
+    r = await client.post(
+        url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key())
+    )
+    assert (await r.json())["status"] == "completed"
+
+
+async def test_complete_checks_handler_and_requires_key(client):
+    _, co = await _create(client, payload(fulfillment=SHIP_US))
+    r = await client.post(url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers())
+    assert r.status == 400
+    bad = pay()
+    bad["payment"]["instruments"][0]["handler_id"] = "other"
+    r = await client.post(
+        url(f"/checkout-sessions/{co['id']}/complete"), json=bad, headers=headers(key=new_key())
+    )
+    body = await r.json()
+    assert body["status"] == "incomplete"
+    assert [m["code"] for m in body["messages"] if m["type"] == "error"] == ["payment_handler_unsupported"]
+
+
+async def test_complete_without_fulfillment_is_incomplete(client):
+    _, co = await _create(client)
+    assert co["status"] == "incomplete"
+    r = await client.post(
+        url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key())
+    )
+    body = await r.json()
+    assert r.status == 200 and body["status"] == "incomplete"
+    assert any(m["path"].startswith("$.fulfillment") for m in body["messages"])
+
+
+async def test_missing_ucp_agent_is_400(client):
+    r = await client.post(url("/checkout-sessions"), json=payload())
+    assert r.status == 400 and (await r.json())["code"] == "invalid_profile_url"
+
+
+async def test_orders_are_visible_only_to_their_platform(client):
+    _, co = await _create(client, payload(fulfillment=SHIP_US))
+    r = await client.post(
+        url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key())
+    )
+    oid = (await r.json())["order"]["id"]
+    r = await client.get(url(f"/orders/{oid}"), headers=headers(agent("other")))
+    assert (await r.json())["messages"][0]["code"] == "not_found"
+
+
+async def test_expiry_cancels(frozen_client, clock):
+    r = await frozen_client.post(url("/checkout-sessions"), json=payload(), headers=headers())
+    co = await r.json()
+    assert co["expires_at"] == "2026-04-08T18:00:00Z"
+    clock.advance(6 * 3600)
+    r = await frozen_client.get(url(f"/checkout-sessions/{co['id']}"), headers=headers())
+    body = await r.json()
+    assert body["status"] == "canceled" and "continue_url" not in body
+    r = await frozen_client.put(url(f"/checkout-sessions/{co['id']}"), json=payload(), headers=headers())
+    assert r.status == 409

@@ -1,0 +1,245 @@
+"""The aiohttp middleware end to end over real sockets: an independent signer's requests verify,
+responses we sign verify with a hand-built base, policies, raw bytes, gzip, canonical paths."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+
+from ucp_gateway.keys import ensure_active_key, published_jwks
+
+from .signer import build_base, digest, raw_verify, sign_request
+
+BODY = b'{"line_items": [{"item": {"id": "rose"}, "quantity": 2}]}'
+
+
+def signed(env, **kw):
+    kw.setdefault("body", BODY)
+    kw.setdefault("authority", "shop.example")
+    hdrs = sign_request(env.key, profile=env.profile_url, created=int(env.clock.now().timestamp()), **kw)
+    return [("Host", kw["authority"]), *hdrs]
+
+
+async def post(env, path="/checkout-sessions", headers=None, body=BODY, method="POST"):
+    from multidict import CIMultiDict
+    from yarl import URL
+
+    # encoded=True: send the request-target exactly as written (no dot-segment removal, keep "?")
+    url = URL(f"http://127.0.0.1:{env.client.port}{path}", encoded=True)
+    return await env.client.session.request(method, url, headers=CIMultiDict(headers or []), data=body)
+
+
+async def test_independent_signer_is_accepted(env):
+    r = await post(env, headers=signed(env))
+    assert r.status == 200, await r.text()
+    got = await r.json()
+    assert got == {
+        "role": "buyer",
+        "authenticated": True,
+        "kid": "platform-2026",
+        "raw_len": len(BODY),
+        "raw_hex": BODY[:8].hex(),
+    }
+
+
+async def test_unsigned_request_gets_ucp_error(env):
+    r = await post(env, headers=[("Host", "shop.example"), ("UCP-Agent", f'profile="{env.profile_url}"')])
+    assert r.status == 401
+    assert await r.json() == {"code": "signature_missing", "content": "request is not signed"}
+
+
+async def test_tampered_body_is_digest_mismatch(env):
+    r = await post(env, headers=signed(env), body=BODY.replace(b"2", b"9"))
+    assert r.status == 400 and (await r.json())["code"] == "digest_mismatch"
+
+
+async def test_unknown_kid_is_key_not_found_after_one_refresh(env):
+    hits = env.profile["hits"]
+    r = await post(env, headers=signed(env, kid="rotated-away"))
+    assert r.status == 401 and (await r.json())["code"] == "key_not_found"
+    assert env.profile["hits"] == hits + 2  # first fetch + one forced refresh
+    r = await post(env, headers=signed(env, kid="rotated-away"))
+    assert r.status == 401
+    assert env.profile["hits"] == hits + 2  # refresh floor: no refetch within 60 s
+
+
+async def test_new_key_found_by_forced_refresh(env):
+    from .signer import new_key
+
+    await post(env, headers=signed(env))  # profile cached
+    priv2, jwk2 = new_key("platform-2027")
+    env.profile["profile"]["signing_keys"].append(jwk2)
+    hdrs = [
+        ("Host", "shop.example"),
+        *sign_request(
+            priv2,
+            kid="platform-2027",
+            profile=env.profile_url,
+            body=BODY,
+            created=int(env.clock.now().timestamp()),
+        ),
+    ]
+    r = await post(env, headers=hdrs)
+    assert r.status == 200 and (await r.json())["kid"] == "platform-2027"
+
+
+async def test_gzip_body_digest_over_bytes_as_transferred(env):
+    gz = gzip.compress(BODY)
+    hdrs = signed(env, body=gz, headers=[("Content-Encoding", "gzip"), ("Content-Type", "application/json")])
+    r = await post(env, headers=hdrs, body=gz)
+    assert r.status == 200, await r.text()
+    assert (await r.json())["raw_hex"] == gz[:8].hex()  # handlers see the raw, undecoded bytes
+
+
+async def test_raw_path_with_empty_query_and_encoding(env):
+    hdrs = signed(
+        env,
+        method="GET",
+        body=b"",
+        path="/checkout-sessions/a%2Fb",
+        components=["@method", "@authority", "@path", "@query", "ucp-agent"],
+    )
+    r = await post(env, path="/checkout-sessions/a%2Fb?", headers=hdrs, body=None, method="GET")
+    assert r.status == 200, await r.text()
+
+
+async def test_dot_segments_refused(env):
+    hdrs = signed(env, method="GET", body=b"", path="/a/../checkout-sessions")
+    r = await post(env, path="/a/../checkout-sessions", headers=hdrs, body=None, method="GET")
+    assert r.status == 400 and (await r.json())["code"] == "invalid_request"
+
+
+async def test_scheme_and_authority_come_from_config_not_connection(env):
+    # the test server speaks plain http on 127.0.0.1:<port>; the signer signed https://shop.example
+    assert env.client.server.scheme == "http"
+    r = await post(env, headers=signed(env))
+    assert r.status == 200
+
+
+async def test_optional_and_off_policies(env, database):
+    async def set_policy(p):
+        from ucp_gateway.db import tenant_tx
+
+        async with tenant_tx(database.pool, env.company.id) as conn:
+            await conn.execute("UPDATE companies SET signature_policy = $1", p)
+
+    anon = [("Host", "shop.example")]
+    await set_policy("optional")
+    r = await post(env, headers=anon)
+    assert (await r.json())["role"] == "read_only" and (await r.json())["authenticated"] is False
+    bad = signed(env)
+    bad[-1] = ("Signature", "sig1=:" + base64.b64encode(bytes(64)).decode() + ":")
+    assert (await post(env, headers=bad)).status == 401  # signed but invalid: still refused
+    assert (await post(env, headers=signed(env))).status == 200
+    await set_policy("off")
+    assert (await post(env, headers=anon)).status == 200  # dev mode only
+    env.app[__import__("ucp_gateway.appkeys", fromlist=["SETTINGS"]).SETTINGS].environment = "production"
+    try:
+        r = await post(env, headers=anon)
+        assert r.status == 401 and (await r.json())["code"] == "signature_missing"  # off fails closed
+    finally:
+        env.app[__import__("ucp_gateway.appkeys", fromlist=["SETTINGS"]).SETTINGS].environment = "development"
+
+
+async def test_platform_host_and_exempt_paths_not_verified(env):
+    r = await post(env, headers=[("Host", "platform.localhost")])
+    assert r.status == 200 and (await r.json())["authenticated"] is None
+    r = await post(env, path="/.well-known/ucp", headers=[("Host", "shop.example")], body=None, method="GET")
+    assert r.status == 200
+
+
+async def test_signed_response_verifies_with_hand_built_base(env, database):
+    await ensure_active_key(database.pool, env.company.id, now=env.clock.now())
+    (pub,) = await published_jwks(database.pool, env.company.id)
+    hdrs = signed(env, path="/checkout-sessions/chk_1/complete")
+    r = await post(env, path="/checkout-sessions/chk_1/complete", headers=hdrs)
+    assert r.status == 200
+    body = await r.read()
+    assert r.headers["Content-Digest"] == digest(body)
+    si = r.headers["Signature-Input"]
+    params = si.split("=", 1)[1]
+    assert params.startswith(
+        '("@status" "content-digest" "content-type" "@method";req "@authority";req '
+        '"@path";req "content-digest";req)'
+    )
+    assert f'keyid="{pub["kid"]}"' in params and "alg=" not in params
+    req_digest = dict(hdrs)["Content-Digest"]
+    base = build_base(
+        [
+            ('"@status"', "200"),
+            ('"content-digest"', r.headers["Content-Digest"]),
+            ('"content-type"', r.headers["Content-Type"]),
+            ('"@method";req', "POST"),
+            ('"@authority";req', "shop.example"),
+            ('"@path";req', "/checkout-sessions/chk_1/complete"),
+            ('"content-digest";req', req_digest),
+        ],
+        params,
+    )
+    sig = base64.b64decode(r.headers["Signature"].split(":")[1])
+    raw_verify(pub, base, sig)
+
+
+async def test_accept_signature_is_honoured(env, database):
+    await ensure_active_key(database.pool, env.company.id, now=env.clock.now())
+    (pub,) = await published_jwks(database.pool, env.company.id)
+    hdrs = [
+        *signed(env, method="GET", body=b"", path="/checkout-sessions/x"),
+        ("Accept-Signature", 'rsig=("@status" "content-type");nonce="n-42";tag="mine"'),
+    ]
+    r = await post(env, path="/checkout-sessions/x", headers=hdrs, body=None, method="GET")
+    assert r.status == 200
+    si = r.headers["Signature-Input"]
+    assert si.startswith('rsig=("@status" "content-type")') and 'nonce="n-42"' in si and 'tag="mine"' in si
+    assert "Accept-Signature" in r.headers.getall("Vary")
+    base = build_base(
+        [('"@status"', "200"), ('"content-type"', r.headers["Content-Type"])], si.split("=", 1)[1]
+    )
+    raw_verify(pub, base, base64.b64decode(r.headers["Signature"].split(":")[1]))
+
+
+async def test_no_active_key_fails_closed_when_signing_needed(env):
+    r = await post(
+        env,
+        path="/checkout-sessions/chk_1/complete",
+        headers=signed(env, path="/checkout-sessions/chk_1/complete"),
+    )
+    assert r.status == 409 and (await r.json())["code"] == "no_active_key"
+
+
+async def test_webhook_signature_verifies_independently(env, database):
+    import datetime as dt
+
+    from ucp_gateway.httpsig import sign_webhook_request
+
+    await ensure_active_key(database.pool, env.company.id, now=env.clock.now())
+    (pub,) = await published_jwks(database.pool, env.company.id)
+    body = json.dumps({"event_id": "ev_1", "order": {"id": "o1"}}).encode()
+    h = await sign_webhook_request(
+        database.pool,
+        env.company.id,
+        url="https://platform.example/hooks/orders?x=1",
+        body=body,
+        ucp_agent='profile="https://shop.example/.well-known/ucp"',
+        webhook_id="wh_1",
+        webhook_timestamp="1775649600",
+        now=env.clock.now() + dt.timedelta(seconds=0),
+    )
+    params = h["Signature-Input"].split("=", 1)[1]
+    comps = [
+        "@method",
+        "@authority",
+        "@path",
+        "@query",
+        "content-digest",
+        "content-type",
+        "ucp-agent",
+        "webhook-id",
+        "webhook-timestamp",
+    ]
+    assert params.startswith("(" + " ".join(f'"{c}"' for c in comps) + ")")
+    vals = {"@method": "POST", "@authority": "platform.example", "@path": "/hooks/orders", "@query": "?x=1"}
+    lines = [(f'"{c}"', vals.get(c) or h[next(k for k in h if k.lower() == c)]) for c in comps]
+    raw_verify(pub, build_base(lines, params), base64.b64decode(h["Signature"].split(":")[1]))
+    assert h["Content-Digest"] == digest(body)
