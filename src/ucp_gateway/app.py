@@ -27,7 +27,21 @@ __all__ = ["COMPONENTS", "create_app"]
 
 # Each entry adds one subsystem to the app (routes, middlewares, cleanup_ctx). Order matters for
 # middlewares: later entries run closer to the handler.
+def _httpsig_setup(app: web.Application) -> None:
+    from .httpsig import setup
+
+    setup(app)
+
+
+def _keys_setup(app: web.Application) -> None:
+    from .keys.web import setup
+
+    setup(app)
+
+
 COMPONENTS: list[Callable[[web.Application], None]] = [
+    _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug (issue 3)
+    _httpsig_setup,  # RFC 9421 verification middleware + response signing (issue 3)
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, app[PROFILE_FETCHER]
     commerce_web.setup,  # UCP shopping REST binding, simulate-shipping, order-webhook worker
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)

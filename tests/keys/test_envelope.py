@@ -95,10 +95,7 @@ def test_rewrap_moves_to_current_kek():
     blob = encrypt_private_jwk(old, A, kid, jwk)
     both = KekRing(dict(old.keks) | KekRing.parse(KekRing.new_entry("k2")).keks, "k2")
     new = rewrap(both, A, kid, blob)
-    assert (
-        new["kek_id"] == "k2"
-        and decrypt_private_jwk(KekRing({"k2": both.keks["k2"]}, "k2"), A, kid, new) == jwk
-    )
+    assert new["kek_id"] == "k2" and decrypt_private_jwk(KekRing({"k2": both.keks["k2"]}, "k2"), A, kid, new) == jwk
 
 
 def test_ring_loading(tmp_path):
@@ -107,9 +104,7 @@ def test_ring_loading(tmp_path):
     r = KekRing.load(ring_text=None, ring_file=None, current=None, keys_dir=tmp_path / "keys", dev_mode=True)
     f = tmp_path / "keys" / "dev.kek"
     assert stat.S_IMODE(f.stat().st_mode) == 0o600 and r.current == "dev-1"
-    again = KekRing.load(
-        ring_text=None, ring_file=None, current=None, keys_dir=tmp_path / "keys", dev_mode=True
-    )
+    again = KekRing.load(ring_text=None, ring_file=None, current=None, keys_dir=tmp_path / "keys", dev_mode=True)
     assert again.keks == r.keks  # generated once
     assert "dev-1" in repr(r) and base64.b64encode(r.keks["dev-1"]).decode() not in repr(r)
     with pytest.raises(ConfigError):

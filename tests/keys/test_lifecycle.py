@@ -40,9 +40,7 @@ def test_key_rules():
     with pytest.raises(IllegalTransition):
         step("retired", "activate")
     assert TRANSITIONS[KeyState.COMPROMISED] == {}  # terminal: never used again
-    assert all(
-        step(s, "compromise") is KeyState.COMPROMISED for s in KeyState if s is not KeyState.COMPROMISED
-    )
+    assert all(step(s, "compromise") is KeyState.COMPROMISED for s in KeyState if s is not KeyState.COMPROMISED)
     assert PUBLISHED == {KeyState.PENDING, KeyState.ACTIVE, KeyState.ROTATING}
 
 

@@ -57,9 +57,7 @@ async def test_rotation_end_to_end(database, vault, two_companies, clock):
     with pytest.raises(Conflict):
         await rotate(pool, a.id, actor="t", reason="again", now=clock.now())
     with pytest.raises(Conflict, match="published"):
-        await apply_event(
-            pool, a.id, new.kid, "activate", actor="t", reason="early", now=clock.now(), publish_min=PUB
-        )
+        await apply_event(pool, a.id, new.kid, "activate", actor="t", reason="early", now=clock.now(), publish_min=PUB)
 
     clock.advance(PUB - 1)
     assert await advance_company(pool, a.id, now=clock.now(), publish_min=PUB, rotating_grace=GRACE) == []
@@ -133,9 +131,7 @@ async def test_tampered_ciphertext_fails_closed(database, vault, two_companies, 
         ct = bytearray(base64.b64decode(b["ct"]))
         ct[5] ^= 0x80
         b["ct"] = base64.b64encode(bytes(ct)).decode()
-        await conn.execute(
-            "UPDATE company_keys SET private_enc = $2::jsonb WHERE kid = $1", kid, json.dumps(b)
-        )
+        await conn.execute("UPDATE company_keys SET private_enc = $2::jsonb WHERE kid = $1", kid, json.dumps(b))
     finally:
         await conn.close()
     with pytest.raises(KeyDecryptError, match="tampered"):
@@ -175,9 +171,7 @@ async def test_tenant_a_cannot_read_or_write_b_keys(database, vault, two_compani
     async with tenant_tx(database.pool, a.id) as conn:
         assert await conn.fetchval("SELECT count(*) FROM company_keys") == 0
         assert await conn.fetchval("SELECT count(*) FROM company_keys WHERE kid = $1", kb) == 0
-        assert (
-            await conn.execute("UPDATE company_keys SET state = 'retired' WHERE kid = $1", kb) == "UPDATE 0"
-        )
+        assert await conn.execute("UPDATE company_keys SET state = 'retired' WHERE kid = $1", kb) == "UPDATE 0"
         assert await conn.fetchval("SELECT count(*) FROM key_events") == 0
     async with tenant_tx(database.pool, a.id) as conn:
         with pytest.raises(asyncpg.InsufficientPrivilegeError):  # RLS WITH CHECK

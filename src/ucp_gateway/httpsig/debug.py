@@ -102,9 +102,7 @@ async def debug_signature(
         except GatewayError as exc:
             rep["content_digest"]["error"] = exc.message
     try:
-        rep["profile_url"] = profile_url_of(
-            view.headers.get("UCP-Agent"), allow_http=policy.allow_http_profiles
-        )
+        rep["profile_url"] = profile_url_of(view.headers.get("UCP-Agent"), allow_http=policy.allow_http_profiles)
     except GatewayError as exc:
         rep["profile_url"] = None
         rep["profile_error"] = exc.message
@@ -134,7 +132,10 @@ async def debug_signature(
             except Exception as exc:  # report the library's reason as text
                 entry["signature_base_error"] = str(exc) or exc.__class__.__name__
             if rep.get("profile_url") and s.keyid:
-                jwk = await resolver.resolve(rep["profile_url"], s.keyid)
+                try:
+                    jwk = await resolver.resolve(rep["profile_url"], s.keyid)
+                except GatewayError as exc:
+                    jwk, entry["key_error"] = None, f"{exc.code}: {exc.message}"
                 age = cache_age(rep["profile_url"]) if callable(cache_age) else None
                 entry["key"] = {
                     "kid": s.keyid,

@@ -10,6 +10,8 @@
      +-- DigestMismatch         digest_mismatch
      +-- AlgorithmUnsupported   algorithm_unsupported
      +-- InvalidProfileUrl      invalid_profile_url
+    GatewayError (424)
+     +-- ProfileUnreachable     profile_unreachable
 
 Messages stay minimal on purpose (no oracle): unknown, retired and other-company kids all raise
 :class:`KeyNotFound` with the same text. The debug endpoint gives the details to admins.
@@ -17,13 +19,14 @@ Messages stay minimal on purpose (no oracle): unknown, retired and other-company
 
 from __future__ import annotations
 
-from ..errors import BadRequest, Unauthorized
+from ..errors import BadRequest, GatewayError, Unauthorized
 
 __all__ = [
     "AlgorithmUnsupported",
     "DigestMismatch",
     "InvalidProfileUrl",
     "KeyNotFound",
+    "ProfileUnreachable",
     "SignatureError",
     "SignatureInvalid",
     "SignatureMissing",
@@ -58,3 +61,10 @@ class AlgorithmUnsupported(BadRequest):
 
 class InvalidProfileUrl(BadRequest):
     code = "invalid_profile_url"
+
+
+class ProfileUnreachable(GatewayError):
+    """The caller's profile could not be fetched (UCP overview "Error Handling": 424)."""
+
+    code = "profile_unreachable"
+    http_status = 424

@@ -98,9 +98,7 @@ class ProfileKeyResolver:
             if resp.status != 200:
                 from ..errors import GatewayError
 
-                err = GatewayError(
-                    f"profile fetch failed with HTTP {resp.status}", code="profile_unreachable"
-                )
+                err = GatewayError(f"profile fetch failed with HTTP {resp.status}", code="profile_unreachable")
                 err.http_status = 424  # type: ignore[misc]
                 raise err
             profile = await resp.json(content_type=None)

@@ -54,8 +54,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-REQ_SIGNATURE = "ucpgw.signature"
-REQ_SIGN_RESPONSE = "ucpgw.sign_response"
+REQ_SIGNATURE = web.RequestKey("signature", object)  # VerifiedSignature | None
+REQ_SIGN_RESPONSE = web.RequestKey("sign_response", bool)
 #: The app's caller-key resolver (the discovery package sets its profile fetcher here).
 KEY_RESOLVER = web.AppKey("ucpgw.key_resolver", KeyResolver)  # type: ignore[type-abstract]
 REPLAY_STORE = web.AppKey("ucpgw.replay_store", PgReplayStore)
@@ -97,13 +97,9 @@ def policy_from_settings(s: Settings) -> SignaturePolicy:
 
 def request_view(request: web.BaseRequest, body: bytes, scheme: str) -> RequestView:
     """The RFC 9421 view of an aiohttp request: raw header lines, raw path, raw body."""
-    headers: CIMultiDict[str] = CIMultiDict(
-        (k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers
-    )
+    headers: CIMultiDict[str] = CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
     host = headers.get("Host") or request.host
-    return RequestView(
-        request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path
-    )
+    return RequestView(request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path)
 
 
 _DOT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)

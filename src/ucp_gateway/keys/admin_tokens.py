@@ -95,9 +95,7 @@ async def create_admin_token(
     return token, tid
 
 
-async def revoke_admin_token(
-    pool: asyncpg.Pool, company_id: UUID, token_id: UUID, *, now: dt.datetime
-) -> bool:
+async def revoke_admin_token(pool: asyncpg.Pool, company_id: UUID, token_id: UUID, *, now: dt.datetime) -> bool:
     """Revoke a token; True if it was active."""
     async with tenant_tx(pool, company_id) as conn:
         res = await conn.execute(

@@ -128,9 +128,7 @@ def _aad(company_id: UUID | str, kid: str, kek_id: str, v: int = FORMAT_VERSION)
     ).encode()
 
 
-def encrypt_private_jwk(
-    ring: KekRing, company_id: UUID | str, kid: str, jwk: dict[str, Any]
-) -> dict[str, Any]:
+def encrypt_private_jwk(ring: KekRing, company_id: UUID | str, kid: str, jwk: dict[str, Any]) -> dict[str, Any]:
     """Encrypt a private JWK under the current KEK with a fresh random 96-bit nonce."""
     nonce = os.urandom(12)
     pt = json.dumps(jwk, sort_keys=True, separators=(",", ":")).encode()
@@ -143,9 +141,7 @@ def encrypt_private_jwk(
     }
 
 
-def decrypt_private_jwk(
-    ring: KekRing, company_id: UUID | str, kid: str, blob: dict[str, Any]
-) -> dict[str, Any]:
+def decrypt_private_jwk(ring: KekRing, company_id: UUID | str, kid: str, blob: dict[str, Any]) -> dict[str, Any]:
     """Decrypt and check a record. Raises KeyDecryptError (never returns unchecked material).
 
     Fails for an unknown format version or KEK id, a tampered or swapped record (GCM tag), or a

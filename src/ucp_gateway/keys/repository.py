@@ -182,16 +182,12 @@ async def published_jwks(pool: asyncpg.Pool, company_id: UUID) -> list[dict[str,
     return [dict(r["public_jwk"]) for r in rows]
 
 
-async def active_signing_key(
-    pool: asyncpg.Pool, company_id: UUID, *, vault: Vault | None = None
-) -> SigningKey:
+async def active_signing_key(pool: asyncpg.Pool, company_id: UUID, *, vault: Vault | None = None) -> SigningKey:
     """The company's active key with its decrypted private key. Raises NoActiveKey (409) or
     KeyDecryptError (500, fail closed). ``vault`` defaults to the one attached to ``pool``."""
     v = vault or get_vault(pool)
     async with tenant_tx(pool, company_id) as conn:
-        r = await conn.fetchrow(
-            "SELECT kid, public_jwk, private_enc FROM company_keys WHERE state = 'active'"
-        )
+        r = await conn.fetchrow("SELECT kid, public_jwk, private_enc FROM company_keys WHERE state = 'active'")
     if r is None:
         raise NoActiveKey("company has no active signing key")
     key = v.private_key(UUID(str(company_id)), r["kid"], dict(r["private_enc"]))
@@ -213,9 +209,7 @@ async def _event(conn, company_id, kid, from_state, to_state, event, actor, reas
     )
 
 
-async def _insert_new(
-    conn, ring: KekRing, company_id: UUID, state: KeyState, actor: str, reason: str, now
-) -> str:
+async def _insert_new(conn, ring: KekRing, company_id: UUID, state: KeyState, actor: str, reason: str, now) -> str:
     jwk, kid = generate_p256()
     blob = encrypt_private_jwk(ring, company_id, kid, jwk)
     await conn.execute(
@@ -242,9 +236,7 @@ async def _transition(conn, company_id, kid, event: KeyEvent, actor, reason, now
         old = await conn.fetchval("SELECT kid FROM company_keys WHERE state = 'active' FOR UPDATE")
         if old is not None:
             await _transition(conn, company_id, old, KeyEvent.ROTATE_OUT, actor, f"superseded by {kid}", now)
-    await conn.execute(
-        "UPDATE company_keys SET state = $2, state_changed_at = $3 WHERE kid = $1", kid, nxt.value, now
-    )
+    await conn.execute("UPDATE company_keys SET state = $2, state_changed_at = $3 WHERE kid = $1", kid, nxt.value, now)
     await _event(conn, company_id, kid, cur, nxt.value, event.value, actor, reason, now)
     return nxt
 
@@ -274,8 +266,7 @@ async def apply_event(
                 age = (now - r["state_changed_at"]).total_seconds()
                 if age < publish_min:
                     raise Conflict(
-                        f"key {kid} must be published for {publish_min} s before activation "
-                        f"({int(age)} s so far)",
+                        f"key {kid} must be published for {publish_min} s before activation ({int(age)} s so far)",
                         code="key_not_yet_published",
                     )
         nxt = await _transition(conn, company_id, kid, ev, actor, reason, now)
@@ -308,9 +299,7 @@ async def rotate(
     async with tenant_tx(pool, company_id) as conn:
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 7638))", str(company_id))
         if await conn.fetchval("SELECT 1 FROM company_keys WHERE state = 'pending'"):
-            raise Conflict(
-                "a pending key already exists; activate or retire it first", code="rotation_in_progress"
-            )
+            raise Conflict("a pending key already exists; activate or retire it first", code="rotation_in_progress")
         has_active = await conn.fetchval("SELECT 1 FROM company_keys WHERE state = 'active'")
         state = KeyState.PENDING if has_active else KeyState.ACTIVE
         kid = await _insert_new(conn, ring, company_id, state, actor, reason, now)
@@ -393,9 +382,7 @@ async def rewrap_company(pool: asyncpg.Pool, company_id: UUID, *, vault: Vault |
     ring = (vault or get_vault(pool)).ring
     n = 0
     async with tenant_tx(pool, company_id) as conn:
-        rows = await conn.fetch(
-            "SELECT kid, private_enc FROM company_keys WHERE kek_id <> $1 FOR UPDATE", ring.current
-        )
+        rows = await conn.fetch("SELECT kid, private_enc FROM company_keys WHERE kek_id <> $1 FOR UPDATE", ring.current)
         for r in rows:
             blob = rewrap(ring, company_id, r["kid"], dict(r["private_enc"]))
             await conn.execute(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..clock import SystemClock
-from ..errors import BadRequest, GatewayError
+from ..errors import BadRequest, ConfigError, GatewayError
 from ..tenancy import resolve_host
 from .admin_tokens import AdminAuthError, StaffPrincipal, authenticate_admin, require_role
 from .envelope import KekRing
@@ -33,6 +34,7 @@ from .scheduler import run_forever
 
 __all__ = ["VAULT", "load_ring", "setup"]
 
+log = logging.getLogger(__name__)
 VAULT = web.AppKey("ucpgw.keys.vault", Vault)
 _MAX_DEBUG = 256 * 1024
 
@@ -58,11 +60,7 @@ def _admin(floor: str) -> Callable[[Handler], Callable[[web.Request], Awaitable[
             pool = request.app[DATABASE].pool
             try:
                 principal = await authenticate_admin(pool, request.headers.get("Authorization"))
-                company = (
-                    request.get(REQ_COMPANY)
-                    if REQ_COMPANY in request
-                    else await resolve_host(pool, request.host)
-                )
+                company = request.get(REQ_COMPANY) if REQ_COMPANY in request else await resolve_host(pool, request.host)
                 if company is not None and company.id != principal.company_id:
                     raise AdminAuthError("a valid admin bearer token is required")
                 request[REQ_PRINCIPAL] = principal
@@ -182,10 +180,15 @@ async def debug_handler(request: web.Request, p: StaffPrincipal) -> Any:
 
 async def _keys_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    vault = Vault(load_ring(settings))
-    app[VAULT] = vault
     pool = app[DATABASE].pool
-    attach_vault(pool, vault)
+    try:
+        vault = Vault(load_ring(settings))
+    except ConfigError as exc:
+        # Verification needs no KEK; anything that must sign fails closed with this reason.
+        log.warning("keys: %s; responses and webhooks cannot be signed", exc.message)
+    else:
+        app[VAULT] = vault
+        attach_vault(pool, vault)
     clock = app.get(CLOCK) or SystemClock()
     task = asyncio.create_task(
         run_forever(

@@ -1,0 +1,149 @@
+"""CLI: ``ucp-gateway keys list|rotate|activate|retire|compromise|advance|rewrap`` and
+``ucp-gateway admin-tokens create``. No command ever prints a private key."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+
+from ..clock import SystemClock
+from ..config import Settings
+from ..db import open_database
+from ..tenancy import get_company, list_companies
+from .admin_tokens import ROLES, create_admin_token
+from .repository import (
+    Vault,
+    apply_event,
+    attach_vault,
+    compromise_key,
+    list_keys,
+    rewrap_company,
+    rotate,
+)
+from .scheduler import run_once
+from .web import load_ring
+
+__all__ = ["register"]
+
+
+def _actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+def _emit(args: argparse.Namespace, data, text: str) -> None:
+    from ..cli import emit
+
+    emit(args, data, text)
+
+
+async def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
+    now = SystemClock().now()
+    vault = Vault(load_ring(settings))
+    async with open_database(settings) as db:
+        attach_vault(db.pool, vault)
+        if args.keys_cmd == "rewrap":
+            total, after = 0, None
+            while batch := await list_companies(db.pool, after_slug=after, limit=200):
+                for c in batch:
+                    total += await rewrap_company(db.pool, c.id)
+                after = batch[-1].slug
+            _emit(
+                args,
+                {"rewrapped": total, "kek_id": vault.ring.current},
+                f"re-encrypted {total} key(s) under {vault.ring.current}",
+            )
+            return 0
+        if args.keys_cmd == "advance":
+            done = await run_once(
+                db.pool, now=now, publish_min=settings.keys_publish_min, rotating_grace=settings.keys_rotating_grace
+            )
+            _emit(args, done, f"transitions: {done}")
+            return 0
+        company = await get_company(db.pool, args.company)
+        reason = getattr(args, "reason", None) or args.keys_cmd
+        if args.keys_cmd == "list":
+            keys = await list_keys(db.pool, company.id)
+            _emit(
+                args,
+                [k.to_json() for k in keys],
+                "\n".join(f"{k.kid}  {k.state.value:<11} {k.created_at:%Y-%m-%d}" for k in keys) or "no keys",
+            )
+        elif args.keys_cmd == "rotate":
+            k = await rotate(db.pool, company.id, actor=_actor(), reason=reason, now=now)
+            _emit(args, k.to_json(), f"new key {k.kid} is {k.state.value}")
+        elif args.keys_cmd == "compromise":
+            new = await compromise_key(db.pool, company.id, args.kid, actor=_actor(), reason=reason, now=now)
+            _emit(
+                args,
+                {"kid": args.kid, "state": "compromised", "active_kid": new},
+                f"{args.kid} compromised" + (f"; active key is now {new}" if new else ""),
+            )
+        else:
+            publish_min = 0 if getattr(args, "force", False) else settings.keys_publish_min
+            st = await apply_event(
+                db.pool,
+                company.id,
+                args.kid,
+                args.keys_cmd,
+                actor=_actor(),
+                reason=reason,
+                now=now,
+                publish_min=publish_min,
+            )
+            _emit(args, {"kid": args.kid, "state": st.value}, f"{args.kid} is {st.value}")
+    return 0
+
+
+async def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
+    async with open_database(settings) as db:
+        company = await get_company(db.pool, args.company)
+        token, tid = await create_admin_token(
+            db.pool, company.id, args.role, now=SystemClock().now(), label=args.label or ""
+        )
+    _emit(
+        args,
+        {"token": token, "token_id": str(tid), "role": args.role, "company": company.slug},
+        f"{token}\n(token id {tid}, role {args.role}; shown once, store it now)",
+    )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``keys ...`` and ``admin-tokens create`` to the ``ucp-gateway`` parser."""
+    from ..cli import common_parser
+
+    keys = sub.add_parser("keys", help="per-company signing keys")
+    ks = keys.add_subparsers(dest="keys_cmd", required=True)
+    for name, help_ in (("list", "list keys"), ("rotate", "start a rotation (new pending key)")):
+        p = ks.add_parser(name, help=help_, parents=[common_parser()])
+        p.add_argument("--company", required=True, help="company slug or id")
+        p.add_argument("--reason")
+        p.set_defaults(func=cmd_keys)
+    for name, help_ in (
+        ("activate", "activate a pending key"),
+        ("retire", "retire a rotating/pending key"),
+        ("compromise", "mark a key compromised (unpublished at once)"),
+    ):
+        p = ks.add_parser(name, help=help_, parents=[common_parser()])
+        p.add_argument("--company", required=True, help="company slug or id")
+        p.add_argument("kid")
+        p.add_argument("--reason")
+        if name == "activate":
+            p.add_argument("--force", action="store_true", help="skip the minimum publication time")
+        p.set_defaults(func=cmd_keys)
+    for name, help_ in (
+        ("rewrap", "re-encrypt all keys under the newest KEK"),
+        ("advance", "run the key scheduler once"),
+    ):
+        p = ks.add_parser(name, help=help_, parents=[common_parser()])
+        p.set_defaults(func=cmd_keys)
+    tokens = sub.add_parser("admin-tokens", help="company admin API tokens")
+    ts = tokens.add_subparsers(dest="tokens_cmd", required=True)
+    p = ts.add_parser("create", help="create a token (printed once)", parents=[common_parser()])
+    p.add_argument("--company", required=True)
+    p.add_argument("--role", required=True, choices=ROLES)
+    p.add_argument("--label")
+    p.set_defaults(func=cmd_token_create)
