@@ -13,13 +13,17 @@ from ucp_gateway.transports import jsonrpc
 from ucp_gateway.transports.jsonrpc import RpcError, handle_payload, rpc_error_from_gateway
 from ucp_gateway.transports.names import NameNotPortable, from_tool_name, is_portable, to_tool_name
 
-segment = st.from_regex(r"[a-z][a-z0-9]{0,8}(_[a-z0-9]{1,6}){0,2}", fullmatch=True)
+segment = st.from_regex(r"[a-z][a-z0-9]{0,5}(_[a-z0-9]{1,4}){0,2}", fullmatch=True)
 
 
 @given(st.lists(segment, min_size=1, max_size=3))
 def test_tool_name_round_trip(parts):
-    name = ".".join(parts)
-    tool = to_tool_name(name)
+    name = ".".join(parts)[:60]
+    try:
+        tool = to_tool_name(name)
+    except NameNotPortable:
+        assert "_." in name or name.endswith(("_", ".")) or "__" in name
+        return
     assert is_portable(tool) and "." not in tool
     assert from_tool_name(tool) == name
     assert from_tool_name(name) == name  # a dotted name is accepted as is
@@ -29,7 +33,7 @@ def test_tool_name_examples_and_refusals():
     assert to_tool_name("customer.full_context") == "customer__full_context"
     assert to_tool_name("crm_contacts_search") == "crm_contacts_search"
     assert to_tool_name("customer.full_context", sanitize=False) == "customer.full_context"
-    for bad in ("a__b", "x." + "y" * 70, "1abc", "a-b"):
+    for bad in ("a__b", "a_.b", "a._b", "x." + "y" * 70, "1abc", "a-b"):
         with pytest.raises(NameNotPortable):
             to_tool_name(bad)
 

@@ -7,8 +7,9 @@ with ``__`` (two underscores)::
     customer.full_context  <->  customer__full_context
     crm_contacts_search    <->  crm_contacts_search      (unchanged)
 
-The mapping is reversible because a mappable verb name never contains ``__`` (checked here: such a
-name has no portable form and :func:`to_tool_name` raises). Servers accept either form on
+The mapping is reversible because a mappable verb name contains neither ``__`` nor an underscore
+next to a dot (``a_.b`` would map to ``a___b``, which reads back as ``a._b``); such names have no
+portable form and :func:`to_tool_name` raises. Servers accept either form on
 ``tools/call`` (:func:`from_tool_name` turns ``__`` back into ``.``; a dotted name passes through).
 Pure code.
 """
@@ -38,7 +39,7 @@ def to_tool_name(verb_name: str, *, sanitize: bool = True) -> str:
     Raises NameNotPortable when the verb name contains ``__`` (the mapping would not be
     reversible) or when the portable form is not ``^[a-zA-Z0-9_-]{1,64}$``.
     """
-    if not _VERB_NAME.match(verb_name) or "__" in verb_name:
+    if not _VERB_NAME.match(verb_name) or any(bad in verb_name for bad in ("__", "_.", "._")):
         raise NameNotPortable(f"verb name {verb_name!r} has no reversible tool name")
     if not sanitize:
         return verb_name
