@@ -138,9 +138,12 @@ def _webhook_url(capabilities: Mapping[str, Sequence[Mapping[str, Any]]]) -> str
     return None
 
 
-async def negotiate(request: web.Request, company: Company, operation: str) -> Negotiation | None:
+async def negotiate(
+    request: web.Request, company: Company, operation: str, *, agent: Any = None
+) -> Negotiation | None:
     """Run discovery's negotiation (UCP overview "Negotiation") when the discovery package is set up.
 
+    ``agent``: an ``AgentHeader`` taken from MCP ``meta["ucp-agent"]`` instead of the header.
     Raises the discovery errors (400 invalid_profile_url, 403, 422, 424; 200 capabilities_incompatible).
     In conformance mode an empty intersection is tolerated (the suite's profile declares only the
     order capability); the response then lists what the gateway implements.
@@ -169,11 +172,12 @@ async def negotiate(request: web.Request, company: Company, operation: str) -> N
             operation=operation,
             continue_url=origin + "/",
             http_hosts=hosts,
+            agent=agent,
         )
     except CapabilitiesIncompatible:
         if not settings.conformance_mode:
             raise
-        agent = parse_ucp_agent(header, http_hosts=hosts)
+        agent = agent or parse_ucp_agent(header, http_hosts=hosts)
         profile = await app[PROFILE_FETCHER].get_profile(agent.profile)
         return Negotiation(agent.profile, None, None, _webhook_url(profile.capabilities))
     order_caps = (

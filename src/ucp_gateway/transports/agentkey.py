@@ -82,7 +82,8 @@ class AgentKey:
             key_resolver=MappingKeyResolver(public_keys={}, private_keys={self.kid: self.private_key}),
         )
         msg = _Msg(method.upper(), url, h)
-        signer.sign(msg, key_id=self.kid, created=now, label="sig1", include_alg=False, covered_component_ids=comps)
+        signer.sign(msg, key_id=self.kid, created=now, label="sig1", include_alg=False, covered_component_ids=comps,
+                    use_existing_digest=True)  # fmt: skip
         return dict(h.items())
 
     def public_jwk(self) -> dict[str, Any]:

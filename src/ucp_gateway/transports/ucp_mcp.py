@@ -121,6 +121,11 @@ class _Unauthorized(GatewayError):
     http_status = 401
 
 
+class _Forbidden(GatewayError):
+    code = "forbidden"
+    http_status = 403
+
+
 def _negotiate(requested: Any) -> str:
     return requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[-1]
 
@@ -168,7 +173,9 @@ class _Handlers:
     def _caller(self, arguments: Mapping[str, Any]) -> Principal:
         if self.principal is not None:
             if self.principal.kind == "buyer":
-                profile_from_meta(arguments, allow_http=self.settings.dev_mode)
+                profile = profile_from_meta(arguments, allow_http=self.settings.dev_mode)
+                if profile != self.principal.subject:  # UCP N9: the signer acts only for its own profile
+                    raise _Forbidden('meta["ucp-agent"].profile differs from the signing agent\'s profile')
             return self.principal
         profile = profile_from_meta(arguments, allow_http=self.settings.dev_mode)
         return Principal("buyer", self.company.id, "buyer", profile, SURFACE)

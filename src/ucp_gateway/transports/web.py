@@ -25,6 +25,12 @@ def setup(app: web.Application) -> None:
     rt.authenticator = remote_authenticator(rt.authenticator, rt.registry)
     if MCP_TOOLS not in app:
         app[MCP_TOOLS] = {}
+    try:
+        from .ucp_tools import ucp_tools
+    except ImportError:  # a build without the commerce package: verbs only
+        pass
+    else:
+        app[MCP_TOOLS].update(ucp_tools())
     app.middlewares.insert(1 if len(app.middlewares) >= 1 else 0, mcp_error_middleware)
     app.router.add_post(MCP_PATH, mcp_post)
     app.router.add_get(MCP_PATH, mcp_get)
