@@ -31,6 +31,7 @@ class Gateway:
 async def gateway(database, db_settings):
     if "httpsig_exempt_prefixes" in type(db_settings).model_fields:  # signatures: tested on their own
         db_settings.httpsig_exempt_prefixes = ("/api/",)
+    db_settings.host_cache_ttl = 0  # tests change company settings between calls
     clock = FrozenClock(T0)
     company = await create_company(database.pool, slug="flower-shop", display_name="Flower Shop",
                                    hostnames=["127.0.0.1", "localhost"], tier="growth",
