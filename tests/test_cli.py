@@ -166,3 +166,18 @@ def test_serve_demo_on_embedded_db_stops_cleanly_and_restarts_with_data(tmp_path
         while _postgres_procs(data_dir) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _postgres_procs(data_dir) == [], "a postgres process outlived the gateway"
+
+
+def test_demo_flag_implies_development_and_http_unless_set(monkeypatch):
+    from ucp_gateway.cli import _settings_from, build_parser
+
+    for k in ("UCPGW_ENVIRONMENT", "UCPGW_PUBLIC_SCHEME"):
+        monkeypatch.delenv(k, raising=False)
+    s = _settings_from(build_parser().parse_args(["serve", "--demo"]))
+    assert (s.environment, s.public_scheme, s.demo) == ("development", "http", True)
+    s = _settings_from(build_parser().parse_args(["serve"]))
+    assert (s.environment, s.public_scheme) == ("production", "https")
+    monkeypatch.setenv("UCPGW_ENVIRONMENT", "production")
+    monkeypatch.setenv("UCPGW_PUBLIC_SCHEME", "https")
+    s = _settings_from(build_parser().parse_args(["serve", "--demo"]))
+    assert (s.environment, s.public_scheme) == ("production", "https")

@@ -215,8 +215,13 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"])
         raise ConfigError(f"invalid setting {where}: {err['msg']}") from None
-    if settings.demo and "public_scheme" not in settings.model_fields_set:
-        settings.public_scheme = "http"  # the demo serves plain http on loopback
+    if settings.demo:
+        # The demo is a development deployment on loopback: plain http origins and dev secrets
+        # generated under the data dir, unless the operator chose otherwise explicitly.
+        if "public_scheme" not in settings.model_fields_set:
+            settings.public_scheme = "http"
+        if "environment" not in settings.model_fields_set:
+            settings.environment = "development"
     return settings
 
 
