@@ -142,6 +142,9 @@ class Settings(BaseSettings):
         "overrides them; null = unlimited, 0 = class disabled.",
     )
     verbs_manifest_max_age: int = Field(default=300, ge=0, description="Cache-Control max-age of the manifest.")
+    verbs_validate_output: bool | None = Field(
+        default=None, description="Validate every verb result against its shape schema. None: in development only."
+    )
 
     # --- transports (issue 7, ucp_gateway.transports) -----------------------------------------
     webmcp_session_ttl: int = Field(

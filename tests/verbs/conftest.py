@@ -28,31 +28,74 @@ async def load_catalog(pool, company_id) -> None:
     """The flower-shop CSVs into the catalogue tables (what the lead's demo seed does)."""
     async with tenant_tx(pool, company_id) as c:
         for r in _rows("products.csv"):
-            await c.execute("INSERT INTO products (company_id, id, title, price, image_url) VALUES ($1,$2,$3,$4,$5)",
-                            company_id, r["id"], r["title"], int(r["price"]), r["image_url"])
+            await c.execute(
+                "INSERT INTO products (company_id, id, title, price, image_url) VALUES ($1,$2,$3,$4,$5)",
+                company_id,
+                r["id"],
+                r["title"],
+                int(r["price"]),
+                r["image_url"],
+            )
         for r in _rows("inventory.csv"):
             await c.execute("INSERT INTO inventory VALUES ($1,$2,$3)", company_id, r["product_id"], int(r["quantity"]))
         for r in _rows("discounts.csv"):
-            await c.execute("INSERT INTO discounts (company_id, code, type, value, currency, description) "
-                            "VALUES ($1,$2,$3,$4,$5,$6)", company_id, r["code"], r["type"], int(r["value"]),
-                            "USD" if r["type"] == "fixed_amount" else None, r["description"])
+            await c.execute(
+                "INSERT INTO discounts (company_id, code, type, value, currency, description) "
+                "VALUES ($1,$2,$3,$4,$5,$6)",
+                company_id,
+                r["code"],
+                r["type"],
+                int(r["value"]),
+                "USD" if r["type"] == "fixed_amount" else None,
+                r["description"],
+            )
         for r in _rows("promotions.csv"):
-            await c.execute("INSERT INTO promotions (company_id, id, type, min_subtotal, eligible_item_ids, description) "
-                            "VALUES ($1,$2,$3,$4,$5,$6)", company_id, r["id"], r["type"],
-                            int(r["min_subtotal"]) if r["min_subtotal"] else None,
-                            json.loads(r["eligible_item_ids"]) if r["eligible_item_ids"] else [], r["description"])
+            await c.execute(
+                "INSERT INTO promotions (company_id, id, type, min_subtotal, eligible_item_ids, description) "
+                "VALUES ($1,$2,$3,$4,$5,$6)",
+                company_id,
+                r["id"],
+                r["type"],
+                int(r["min_subtotal"]) if r["min_subtotal"] else None,
+                json.loads(r["eligible_item_ids"]) if r["eligible_item_ids"] else [],
+                r["description"],
+            )
         for r in _rows("shipping_rates.csv"):
-            await c.execute("INSERT INTO shipping_rates (company_id, id, country_code, service_level, price, title) "
-                            "VALUES ($1,$2,$3,$4,$5,$6)", company_id, r["id"], r["country_code"], r["service_level"],
-                            int(r["price"]), r["title"])
+            await c.execute(
+                "INSERT INTO shipping_rates (company_id, id, country_code, service_level, price, title) "
+                "VALUES ($1,$2,$3,$4,$5,$6)",
+                company_id,
+                r["id"],
+                r["country_code"],
+                r["service_level"],
+                int(r["price"]),
+                r["title"],
+            )
         for r in _rows("customers.csv"):
             await c.execute("INSERT INTO customers VALUES ($1,$2,$3,$4)", company_id, r["id"], r["name"], r["email"])
         for r in _rows("addresses.csv"):
-            await c.execute("INSERT INTO addresses VALUES ($1,$2,$3,$4,$5,$6,$7,$8)", company_id, r["id"],
-                            r["customer_id"], r["street_address"], r["city"], r["state"], r["postal_code"], r["country"])
+            await c.execute(
+                "INSERT INTO addresses VALUES ($1,$2,$3,$4,$5,$6,$7,$8)",
+                company_id,
+                r["id"],
+                r["customer_id"],
+                r["street_address"],
+                r["city"],
+                r["state"],
+                r["postal_code"],
+                r["country"],
+            )
         for r in _rows("payment_instruments.csv"):
-            await c.execute("INSERT INTO payment_instruments VALUES ($1,$2,$3,$4,$5,$6,$7)", company_id, r["id"],
-                            r["type"], r["brand"], r["last_digits"], r["token"], r["handler_id"])
+            await c.execute(
+                "INSERT INTO payment_instruments VALUES ($1,$2,$3,$4,$5,$6,$7)",
+                company_id,
+                r["id"],
+                r["type"],
+                r["brand"],
+                r["last_digits"],
+                r["token"],
+                r["handler_id"],
+            )
 
 
 @pytest.fixture
@@ -62,8 +105,14 @@ def clock() -> FrozenClock:
 
 @pytest.fixture
 async def shop(database):
-    company = await create_company(database.pool, slug="flower-shop", display_name="Flower Shop",
-                                   hostnames=["flower-shop.test"], tier="growth")
+    company = await create_company(
+        database.pool,
+        slug="flower-shop",
+        display_name="Flower Shop",
+        hostnames=["flower-shop.test"],
+        tier="growth",
+        signature_policy="optional",  # staff call with bearer tokens; signed agents are verified
+    )
     await load_catalog(database.pool, company.id)
     await seed_verb_demo(database.pool, company.id, T0)
     return company

@@ -44,8 +44,7 @@ async def test_append_only_for_app_role_and_owner(shop, dispatcher, database):
                 await c.execute(stmt)
     owner = await asyncpg.connect(database.owner_dsn)
     try:
-        for stmt in ("UPDATE verb_audit_log SET status = 'x'", "DELETE FROM verb_audit_log",
-                     "TRUNCATE verb_audit_log"):
+        for stmt in ("UPDATE verb_audit_log SET status = 'x'", "DELETE FROM verb_audit_log", "TRUNCATE verb_audit_log"):
             with pytest.raises(asyncpg.PostgresError, match="append-only"):
                 await owner.execute(stmt)
     finally:
@@ -62,12 +61,15 @@ async def _superuser_edit(database, sql):
         await su.close()
 
 
-@pytest.mark.parametrize("sql,problem", [
-    ("UPDATE verb_audit_log SET entry = jsonb_set(entry, '{reason}', '\"ok\"') WHERE seq = 5", "row_hash"),
-    ("UPDATE verb_audit_log SET decision = 'allowed' WHERE seq = 5", "indexed columns"),
-    ("DELETE FROM verb_audit_log WHERE seq = 5", "sequence gap"),
-    ("DELETE FROM verb_audit_log WHERE seq = (SELECT max(seq) FROM verb_audit_log)", "head"),
-])
+@pytest.mark.parametrize(
+    "sql,problem",
+    [
+        ("UPDATE verb_audit_log SET entry = jsonb_set(entry, '{reason}', '\"ok\"') WHERE seq = 5", "row_hash"),
+        ("UPDATE verb_audit_log SET decision = 'allowed' WHERE seq = 5", "indexed columns"),
+        ("DELETE FROM verb_audit_log WHERE seq = 5", "sequence gap"),
+        ("DELETE FROM verb_audit_log WHERE seq = (SELECT max(seq) FROM verb_audit_log)", "head"),
+    ],
+)
 async def test_verify_detects_superuser_edit(shop, dispatcher, database, db_settings, capsys, sql, problem):
     await mixed_workload(dispatcher, shop)
     async with tenant_tx(database.pool, shop.id) as c:

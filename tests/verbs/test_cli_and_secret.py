@@ -21,21 +21,54 @@ async def cli(settings, capsys, *argv):
 async def test_verbs_list(capsys, db_settings):
     code, out = await cli(db_settings, capsys, "verbs", "list", "--json", "--shape", "receipt")
     names = {r["name"] for r in json.loads(out)}
-    assert code == 0 and names == {"crm_contact_update", "payments.refund", "gdpr_delete_contact", "inventory_adjust",
-                                   "discount_create"}
+    assert code == 0 and names == {
+        "crm_contact_update",
+        "payments.refund",
+        "gdpr_delete_contact",
+        "inventory_adjust",
+        "discount_create",
+    }
 
 
 async def test_agent_dispatch_phrase_flow(shop, db_settings, capsys):
-    base = ["agent", "dispatch", "gdpr_delete_contact", "--company", "flower-shop", "--as", "owner",
-            "--args", '{"contact_id": 3}', "--json"]
+    base = [
+        "agent",
+        "dispatch",
+        "gdpr_delete_contact",
+        "--company",
+        "flower-shop",
+        "--as",
+        "owner",
+        "--args",
+        '{"contact_id": 3}',
+        "--json",
+    ]
     code, out = await cli(db_settings, capsys, *base)
     pre = json.loads(out)
     assert code == 1 and pre["pending"]["required_phrase"] == "DELETE CONTACT 3 PERMANENTLY"
-    code, out = await cli(db_settings, capsys, *base, "--confirm", "--phrase", "DELETE CONTACT 3 PERMANENTLY",
-                          "--nonce", pre["pending"]["nonce"])
+    code, out = await cli(
+        db_settings,
+        capsys,
+        *base,
+        "--confirm",
+        "--phrase",
+        "DELETE CONTACT 3 PERMANENTLY",
+        "--nonce",
+        pre["pending"]["nonce"],
+    )
     assert code == 0 and json.loads(out)["result"]["outcome"] == "erased"
-    code, out = await cli(db_settings, capsys, "agent", "dispatch", "customer_delete", "--company", "flower-shop",
-                          "--as", "owner", "--confirm")
+    code, out = await cli(
+        db_settings,
+        capsys,
+        "agent",
+        "dispatch",
+        "customer_delete",
+        "--company",
+        "flower-shop",
+        "--as",
+        "owner",
+        "--confirm",
+    )
     assert code == 1 and out.startswith("blocked_verb")
     code, out = await cli(db_settings, capsys, "audit", "verify", "--company", "flower-shop")
     assert code == 0 and "intact: 3 rows" in out
@@ -54,7 +87,8 @@ def test_secret_required_in_production(tmp_path):
         load_nonce_secrets(Settings(data_dir=tmp_path, environment="production"))
     with pytest.raises(NonceSecretError):
         load_nonce_secrets(Settings(data_dir=tmp_path, verbs_nonce_secret="short"))
-    kid, keys = load_nonce_secrets(Settings(data_dir=tmp_path, verbs_nonce_secret="x" * 40,
-                                            verbs_nonce_secret_previous="y" * 40))
+    kid, keys = load_nonce_secrets(
+        Settings(data_dir=tmp_path, verbs_nonce_secret="x" * 40, verbs_nonce_secret_previous="y" * 40)
+    )
     assert len(keys) == 2 and keys[kid] == b"x" * 40
     assert not (tmp_path / "verbs-nonce.secret").exists()

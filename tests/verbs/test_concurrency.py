@@ -12,8 +12,9 @@ from .conftest import run, staff
 async def test_fifty_parallel_duplicates_execute_once(shop, dispatcher, database):
     p = staff(shop, "employee")
     a = {"product_id": "bouquet_roses", "delta": 7}
-    envs = await asyncio.gather(*[run(dispatcher, p, "inventory_adjust", a, confirm=True, idempotency_key="dup")
-                                  for _ in range(50)])
+    envs = await asyncio.gather(
+        *[run(dispatcher, p, "inventory_adjust", a, confirm=True, idempotency_key="dup") for _ in range(50)]
+    )
     assert all(e["ok"] for e in envs), [e for e in envs if not e["ok"]][:1]
     receipts = {repr(sorted(e["result"].items())) for e in envs}
     assert len(receipts) == 1
@@ -32,7 +33,9 @@ async def test_two_instances_cannot_exceed_a_cap(shop, database, db_settings, cl
         d2 = Dispatcher(build_registry(), other_db.pool, db_settings, clock)
         p = staff(shop, "employee")
         a = {"product_id": "pot_ceramic", "delta": 1}
-        envs = await asyncio.gather(*[run(d, p, "inventory_adjust", a, confirm=True) for _ in range(15) for d in (d1, d2)])
+        envs = await asyncio.gather(
+            *[run(d, p, "inventory_adjust", a, confirm=True) for _ in range(15) for d in (d1, d2)]
+        )
     finally:
         await other_db.close()
     assert sum(e["ok"] for e in envs) == 10
@@ -52,3 +55,33 @@ async def test_nonce_confirmed_twice_in_parallel_succeeds_once(shop, dispatcher,
     assert [e["error"]["reason"] for e in envs if not e["ok"]] == ["nonce_used"]
     async with tenant_tx(database.pool, shop.id) as c:
         assert await c.fetchval("SELECT count(*) FROM refunds") == 1
+
+
+async def test_read_group_transaction_isolates_a_failing_call(shop, database, db_settings, clock):
+    from ucp_gateway.verbs import RiskClass, VerbPolicy
+    from ucp_gateway.verbs.audit import verify_chain
+
+    reg = build_registry()
+
+    async def divide(ctx):
+        await ctx.conn.fetchval("SELECT 1 / $1::int", ctx.args["d"])
+        return {"entity_id": ctx.args["d"], "data": {}}
+
+    reg.register(
+        {
+            "name": "x.divide",
+            "description": "x",
+            "shape": "aggregate",
+            "input_schema": {"type": "object", "properties": {"d": {"type": "integer"}}},
+        },
+        VerbPolicy(RiskClass.READ),
+        divide,
+    )
+    d = Dispatcher(reg, database.pool, db_settings, clock)
+    p = staff(shop, "read_only")
+    envs = await asyncio.gather(*[run(d, p, "x.divide", {"d": i % 5}) for i in range(30)])
+    assert [e["ok"] for e in envs] == [i % 5 != 0 for i in range(30)]
+    assert {e["error"]["reason"] for e in envs if not e["ok"]} == {"execution_failed"}
+    assert len({e["audit_id"] for e in envs}) == 30
+    async with tenant_tx(database.pool, shop.id) as c:
+        assert (await verify_chain(c, shop.id)).rows == 30

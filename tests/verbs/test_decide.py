@@ -31,14 +31,19 @@ def P(role="owner", kind="staff", subject="alice", transport="http", company=CO)
     return Principal(kind, company, role, subject, transport)
 
 
-def I(**kw):
-    base = {"company_tier": "growth", "secrets": {KID: SECRET}, "current_kid": KID, "now": NOW,
-            "fresh_nonce_id": "0123456789abcdef"}
+def inp(**kw):
+    base = {
+        "company_tier": "growth",
+        "secrets": {KID: SECRET},
+        "current_kid": KID,
+        "now": NOW,
+        "fresh_nonce_id": "0123456789abcdef",
+    }
     return Inputs(**{**base, **kw})
 
 
 def D(verb, args=None, p=None, inputs=None, reg=REG, **call):
-    return decide(reg.get(verb), p or P(), Call(verb, args if args is not None else {}, **call), inputs or I(), reg)
+    return decide(reg.get(verb), p or P(), Call(verb, args if args is not None else {}, **call), inputs or inp(), reg)
 
 
 def test_money_and_phrase():
@@ -50,8 +55,18 @@ def test_money_and_phrase():
     assert d.outcome == "pending" and d.pending["required_phrase"] == "REFUND $12.50 on order #ord_42"
 
 
-@pytest.mark.parametrize("name", ["subscription_cancel_immediate", "customer_delete", "company_delete",
-                                  "employee_terminate", "customer.delete", "Customer_Delete", "COMPANY.DELETE"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "subscription_cancel_immediate",
+        "customer_delete",
+        "company_delete",
+        "employee_terminate",
+        "customer.delete",
+        "Customer_Delete",
+        "COMPANY.DELETE",
+    ],
+)
 @pytest.mark.parametrize("role", ["read_only", "employee", "admin", "owner"])
 def test_blocked_whatever_the_role(name, role):
     d = D(name, {}, P(role), confirm=True, typed_phrase="x", nonce="y")
@@ -60,16 +75,28 @@ def test_blocked_whatever_the_role(name, role):
 
 def test_blocked_class():
     r = Registry()
-    r.register({"name": "ops.wipe", "description": "x", "shape": "receipt", "side_effects": "write",
-                "input_schema": {"type": "object"}}, VerbPolicy(RiskClass.BLOCKED), lambda c: None)
+    r.register(
+        {
+            "name": "ops.wipe",
+            "description": "x",
+            "shape": "receipt",
+            "side_effects": "write",
+            "input_schema": {"type": "object"},
+        },
+        VerbPolicy(RiskClass.BLOCKED),
+        lambda c: None,
+    )
     assert D("ops.wipe", {}, reg=r).reason == "blocked_verb"
 
 
 def test_unknown_and_admin_only():
     assert D("nope.nothing").reason == "unknown_verb"
     r = Registry()
-    r.register({"name": "ops.stats", "description": "x", "shape": "aggregate", "input_schema": {"type": "object"}},
-               VerbPolicy(admin_only=True), lambda c: None)
+    r.register(
+        {"name": "ops.stats", "description": "x", "shape": "aggregate", "input_schema": {"type": "object"}},
+        VerbPolicy(admin_only=True),
+        lambda c: None,
+    )
     assert D("ops.stats", {}, P("employee"), reg=r).reason == "unknown_verb"
     assert D("ops.stats", {}, P("admin"), reg=r).outcome == "execute"
 
@@ -87,18 +114,30 @@ def test_surface_reserved_and_arguments():
 
 def test_tier_denied():
     r = Registry()
-    r.register({"name": "x.pro_report", "description": "x", "shape": "aggregate", "tier_floor": "pro",
-                "input_schema": {"type": "object"}}, VerbPolicy(), lambda c: None)
+    r.register(
+        {
+            "name": "x.pro_report",
+            "description": "x",
+            "shape": "aggregate",
+            "tier_floor": "pro",
+            "input_schema": {"type": "object"},
+        },
+        VerbPolicy(),
+        lambda c: None,
+    )
     assert D("x.pro_report", {}, reg=r).reason == "tier_denied"
-    assert D("x.pro_report", {}, reg=r, inputs=I(company_tier="enterprise")).outcome == "execute"
+    assert D("x.pro_report", {}, reg=r, inputs=inp(company_tier="enterprise")).outcome == "execute"
 
 
-@pytest.mark.parametrize("verb,args,floor", [
-    ("customer.context", {"customer_id": "c"}, "read_only"),
-    ("crm_contact_update", {"contact_id": 1, "status": "vip"}, "employee"),
-    ("payments.refund", REFUND, "admin"),
-    ("gdpr_delete_contact", {"contact_id": 1}, "owner"),
-])
+@pytest.mark.parametrize(
+    "verb,args,floor",
+    [
+        ("customer.context", {"customer_id": "c"}, "read_only"),
+        ("crm_contact_update", {"contact_id": 1, "status": "vip"}, "employee"),
+        ("payments.refund", REFUND, "admin"),
+        ("gdpr_delete_contact", {"contact_id": 1}, "owner"),
+    ],
+)
 def test_role_floors(verb, args, floor):
     roles = ["read_only", "employee", "admin", "owner"]
     for role in roles:
@@ -118,9 +157,15 @@ def test_click_consent():
 
 
 def _nonce(**kw):
-    base = {"verb": "payments.refund", "digest": args_digest(REFUND), "company_id": str(CO),
-            "principal": "staff:alice", "phrase": "REFUND $12.50 on order #ord_42",
-            "issued_at": int(NOW.timestamp()), "nonce_id": "0123456789abcdef"}
+    base = {
+        "verb": "payments.refund",
+        "digest": args_digest(REFUND),
+        "company_id": str(CO),
+        "principal": "staff:alice",
+        "phrase": "REFUND $12.50 on order #ord_42",
+        "issued_at": int(NOW.timestamp()),
+        "nonce_id": "0123456789abcdef",
+    }
     return issue_nonce(SECRET, **{**base, **kw})
 
 
@@ -145,44 +190,66 @@ def test_nonce_failures():
     assert confirm(nonce=tampered).reason == "nonce_invalid"
     assert confirm(nonce="v1.garbage").reason == "nonce_invalid"
     assert D("payments.refund", REFUND, confirm=True, typed_phrase="x").reason == "nonce_invalid"  # missing
-    other_key = issue_nonce(b"t" * 32, verb="payments.refund", digest=args_digest(REFUND), company_id=str(CO),
-                            principal="staff:alice", phrase="REFUND $12.50 on order #ord_42",
-                            issued_at=int(NOW.timestamp()), nonce_id="0123456789abcdef")
+    other_key = issue_nonce(
+        b"t" * 32,
+        verb="payments.refund",
+        digest=args_digest(REFUND),
+        company_id=str(CO),
+        principal="staff:alice",
+        phrase="REFUND $12.50 on order #ord_42",
+        issued_at=int(NOW.timestamp()),
+        nonce_id="0123456789abcdef",
+    )
     assert confirm(nonce=other_key).reason == "nonce_invalid"
-    late = I(now=NOW + timedelta(seconds=301))
+    late = inp(now=NOW + timedelta(seconds=301))
     assert confirm(inputs=late).reason == "nonce_expired"
-    assert confirm(inputs=I(now=NOW + timedelta(seconds=300))).outcome == "execute"
+    assert confirm(inputs=inp(now=NOW + timedelta(seconds=300))).outcome == "execute"
 
 
 def test_verify_nonce_rotation():
     prev = b"p" * 32
-    token = issue_nonce(prev, verb="v", digest="d", company_id="c", principal="p", phrase="X", issued_at=100,
-                        nonce_id="00000000000000ff")
+    token = issue_nonce(
+        prev,
+        verb="v",
+        digest="d",
+        company_id="c",
+        principal="p",
+        phrase="X",
+        issued_at=100,
+        nonce_id="00000000000000ff",
+    )
     keys = {KID: SECRET, key_id(prev): prev}
     assert verify_nonce(token, keys, verb="v", digest="d", company_id="c", principal="p", phrase="X", now=120).ok
-    assert not verify_nonce(token, {KID: SECRET}, verb="v", digest="d", company_id="c", principal="p", phrase="X",
-                            now=120).ok
+    assert not verify_nonce(
+        token, {KID: SECRET}, verb="v", digest="d", company_id="c", principal="p", phrase="X", now=120
+    ).ok
 
 
 def test_idempotency_and_caps():
     a = {"contact_id": 1, "status": "vip"}
     same = args_digest(a)
-    assert D("crm_contact_update", a, inputs=I(stored_digest=same)).outcome == "replay"
-    assert D("crm_contact_update", a, inputs=I(stored_digest="other")).reason == "idempotency_conflict"
-    d = D("crm_contact_update", a, inputs=I(cap_used=100, cap_limit=100), confirm=True)
+    assert D("crm_contact_update", a, inputs=inp(stored_digest=same)).outcome == "replay"
+    assert D("crm_contact_update", a, inputs=inp(stored_digest="other")).reason == "idempotency_conflict"
+    d = D("crm_contact_update", a, inputs=inp(cap_used=100, cap_limit=100), confirm=True)
     assert d.reason == "daily_cap_exceeded"
-    d = D("crm_contact_update", a, inputs=I(cap_used=99, cap_limit=100), confirm=True)
+    d = D("crm_contact_update", a, inputs=inp(cap_used=99, cap_limit=100), confirm=True)
     assert d.outcome == "execute" and d.cap_class == "WRITE_REVERSIBLE"
-    assert D("payments.refund", REFUND, inputs=I(cap_used=25, cap_limit=25)).reason == "daily_cap_exceeded"
+    assert D("payments.refund", REFUND, inputs=inp(cap_used=25, cap_limit=25)).reason == "daily_cap_exceeded"
     # a replay is answered before the cap: it costs nothing
-    assert D("crm_contact_update", a, inputs=I(stored_digest=same, cap_used=100, cap_limit=100)).outcome == "replay"
+    assert D("crm_contact_update", a, inputs=inp(stored_digest=same, cap_used=100, cap_limit=100)).outcome == "replay"
 
 
 def test_transaction_escalates_to_highest_step():
-    steps = {"steps": [{"verb": "crm_contact_update", "args": {"contact_id": 1, "status": "vip"}},
-                       {"verb": "payments.refund", "args": REFUND}]}
+    steps = {
+        "steps": [
+            {"verb": "crm_contact_update", "args": {"contact_id": 1, "status": "vip"}},
+            {"verb": "payments.refund", "args": REFUND},
+        ]
+    }
     d = D("transaction", steps, P("admin"))
-    assert d.risk_class is RiskClass.WRITE_FINANCIAL and d.pending["required_phrase"] == "REFUND $12.50 on order #ord_42"
+    assert (
+        d.risk_class is RiskClass.WRITE_FINANCIAL and d.pending["required_phrase"] == "REFUND $12.50 on order #ord_42"
+    )
     assert D("transaction", steps, P("employee")).reason == "role_denied"
     bad = {"steps": [{"verb": "gdpr_delete_contact", "args": {"contact_id": 1}}]}
     assert D("transaction", bad).reason == "step_class_not_allowed"
@@ -190,18 +257,33 @@ def test_transaction_escalates_to_highest_step():
 
 def test_buyer_principal():
     r = Registry()
-    r.register({"name": "checkout.complete", "description": "Pay.", "shape": "receipt", "side_effects": "write",
-                "input_schema": {"type": "object", "properties": {"amount": {"type": "integer"}}}},
-               VerbPolicy(RiskClass.WRITE_FINANCIAL, principals=frozenset({"buyer"}), consent="payment_credential",
-                          principal_limit=PrincipalLimit(calls=3, amount=10000, amount_arg="amount")),
-               lambda c: None)
+    r.register(
+        {
+            "name": "checkout.complete",
+            "description": "Pay.",
+            "shape": "receipt",
+            "side_effects": "write",
+            "input_schema": {"type": "object", "properties": {"amount": {"type": "integer"}}},
+        },
+        VerbPolicy(
+            RiskClass.WRITE_FINANCIAL,
+            principals=frozenset({"buyer"}),
+            consent="payment_credential",
+            principal_limit=PrincipalLimit(calls=3, amount=10000, amount_arg="amount"),
+        ),
+        lambda c: None,
+    )
     buyer = P("buyer", kind="buyer", subject="https://agent.example/profile", transport="ucp")
     d = D("checkout.complete", {"amount": 500}, buyer, reg=r)
     assert d.outcome == "execute" and d.cap_class is None  # no typed phrase, no company cap
     assert D("checkout.complete", {"amount": 500}, P("owner"), reg=r).reason == "role_denied"
-    assert D("checkout.complete", {"amount": 500}, buyer, reg=r, inputs=I(principal_used=(3, 0))).reason == \
-        "principal_limit_exceeded"
-    assert D("checkout.complete", {"amount": 600}, buyer, reg=r, inputs=I(principal_used=(1, 9500))).reason == \
-        "principal_limit_exceeded"
+    assert (
+        D("checkout.complete", {"amount": 500}, buyer, reg=r, inputs=inp(principal_used=(3, 0))).reason
+        == "principal_limit_exceeded"
+    )
+    assert (
+        D("checkout.complete", {"amount": 600}, buyer, reg=r, inputs=inp(principal_used=(1, 9500))).reason
+        == "principal_limit_exceeded"
+    )
     assert D("customer.context", {"customer_id": "c"}, buyer).reason == "role_denied"  # staff verb
     assert D("capability.manifest", {}, buyer).outcome == "execute"

@@ -24,20 +24,28 @@ async def contact(db, company, cid=1):
         return await c.fetchrow("SELECT * FROM crm_contacts WHERE id = $1", cid)
 
 
-@pytest.mark.parametrize("verb,args,role,kw,reason", [
-    ("customer_delete", {}, "owner", {"confirm": True}, "blocked_verb"),
-    ("customer.delete", {}, "owner", {}, "blocked_verb"),
-    ("no.such_verb", {}, "owner", {}, "unknown_verb"),
-    ("customer.context", {"customer_id": 1}, "owner", {}, "invalid_arguments"),
-    ("customer.context", {"customer_id": "cust_1", "user_id": 3}, "owner", {}, "reserved_arg"),
-    ("crm_contact_update", UPDATE, "read_only", {"confirm": True}, "role_denied"),
-    ("payments.refund", REFUND, "employee", {}, "role_denied"),
-    ("gdpr_delete_contact", {"contact_id": 1}, "admin", {}, "role_denied"),
-    ("crm_contact_update", UPDATE, "employee", {}, "dispatch_pending"),
-    ("payments.refund", REFUND, "admin", {"confirm": True, "typed_phrase": "REFUND $12.50 on order #ord_1"},
-     "nonce_invalid"),
-    ("customer.context", {"customer_id": "nobody"}, "owner", {}, "not_found"),
-])
+@pytest.mark.parametrize(
+    "verb,args,role,kw,reason",
+    [
+        ("customer_delete", {}, "owner", {"confirm": True}, "blocked_verb"),
+        ("customer.delete", {}, "owner", {}, "blocked_verb"),
+        ("no.such_verb", {}, "owner", {}, "unknown_verb"),
+        ("customer.context", {"customer_id": 1}, "owner", {}, "invalid_arguments"),
+        ("customer.context", {"customer_id": "cust_1", "user_id": 3}, "owner", {}, "reserved_arg"),
+        ("crm_contact_update", UPDATE, "read_only", {"confirm": True}, "role_denied"),
+        ("payments.refund", REFUND, "employee", {}, "role_denied"),
+        ("gdpr_delete_contact", {"contact_id": 1}, "admin", {}, "role_denied"),
+        ("crm_contact_update", UPDATE, "employee", {}, "dispatch_pending"),
+        (
+            "payments.refund",
+            REFUND,
+            "admin",
+            {"confirm": True, "typed_phrase": "REFUND $12.50 on order #ord_1"},
+            "nonce_invalid",
+        ),
+        ("customer.context", {"customer_id": "nobody"}, "owner", {}, "not_found"),
+    ],
+)
 async def test_denials_are_audited_and_change_nothing(shop, dispatcher, database, verb, args, role, kw, reason):
     before = await contact(database, shop)
     env = await run(dispatcher, staff(shop, role), verb, args, **kw)
@@ -53,9 +61,20 @@ async def test_denials_are_audited_and_change_nothing(shop, dispatcher, database
 
 async def test_tier_denied_and_surface(shop, database, db_settings, clock):
     from ucp_gateway.verbs import Dispatcher
+
     r = Registry()
-    r.register({"name": "x.enterprise_report", "description": "x", "shape": "aggregate", "tier_floor": "enterprise",
-                "input_schema": {"type": "object"}, "surfaces": ["http"]}, VerbPolicy(), lambda c: None)
+    r.register(
+        {
+            "name": "x.enterprise_report",
+            "description": "x",
+            "shape": "aggregate",
+            "tier_floor": "enterprise",
+            "input_schema": {"type": "object"},
+            "surfaces": ["http"],
+        },
+        VerbPolicy(),
+        lambda c: None,
+    )
     d = Dispatcher(r, database.pool, db_settings, clock)
     assert (await run(d, staff(shop), "x.enterprise_report"))["error"]["reason"] == "tier_denied"
     env = await run(d, staff(shop, transport="mcp_stdio"), "x.enterprise_report")
@@ -78,8 +97,9 @@ async def test_reversible_write_receipt_replay_revert(shop, dispatcher, database
     again = await run(dispatcher, p, "crm_contact_update", UPDATE, confirm=True, idempotency_key="k-1")
     assert again["replayed"] is True and again["result"] == r
     assert (await contact(database, shop))["status"] == "lead"
-    conflict = await run(dispatcher, p, "crm_contact_update", {**UPDATE, "status": "lost"}, confirm=True,
-                         idempotency_key="k-1")
+    conflict = await run(
+        dispatcher, p, "crm_contact_update", {**UPDATE, "status": "lost"}, confirm=True, idempotency_key="k-1"
+    )
     assert conflict["error"]["reason"] == "idempotency_conflict"
     await _set_status(database, shop, "vip")
     rev = await run(dispatcher, p, "audit.revert", {"audit_id": r["audit_id"]}, confirm=True)
@@ -125,25 +145,60 @@ async def test_financial_typed_phrase_flow(shop, dispatcher, database, clock):
     nonce = pre["pending"]["nonce"]
     wrong = await run(dispatcher, p, "payments.refund", REFUND, confirm=True, typed_phrase="REFUND $12.50", nonce=nonce)
     assert wrong["error"]["reason"] == "phrase_mismatch"
-    other = await run(dispatcher, p, "payments.refund", {**REFUND, "amount": 1300}, confirm=True,
-                      typed_phrase="REFUND $13.00 on order #ord_1", nonce=nonce)
+    other = await run(
+        dispatcher,
+        p,
+        "payments.refund",
+        {**REFUND, "amount": 1300},
+        confirm=True,
+        typed_phrase="REFUND $13.00 on order #ord_1",
+        nonce=nonce,
+    )
     assert other["error"]["reason"] == "nonce_invalid"
-    bob = await run(dispatcher, staff(shop, "admin", "bob"), "payments.refund", REFUND, confirm=True,
-                    typed_phrase="REFUND $12.50 on order #ord_1", nonce=nonce)
+    bob = await run(
+        dispatcher,
+        staff(shop, "admin", "bob"),
+        "payments.refund",
+        REFUND,
+        confirm=True,
+        typed_phrase="REFUND $12.50 on order #ord_1",
+        nonce=nonce,
+    )
     assert bob["error"]["reason"] == "nonce_invalid"
-    ok = await run(dispatcher, p, "payments.refund", REFUND, confirm=True, typed_phrase=pre["pending"]["required_phrase"],
-                   nonce=nonce)
+    ok = await run(
+        dispatcher,
+        p,
+        "payments.refund",
+        REFUND,
+        confirm=True,
+        typed_phrase=pre["pending"]["required_phrase"],
+        nonce=nonce,
+    )
     assert ok["ok"] and ok["result"]["refund_id"] == "rf_ord_1_1" and "rollback_handle" not in ok
-    used = await run(dispatcher, p, "payments.refund", REFUND, confirm=True, typed_phrase=pre["pending"]["required_phrase"],
-                     nonce=nonce)
+    used = await run(
+        dispatcher,
+        p,
+        "payments.refund",
+        REFUND,
+        confirm=True,
+        typed_phrase=pre["pending"]["required_phrase"],
+        nonce=nonce,
+    )
     assert used["error"]["reason"] == "nonce_used"
     rows = await audit_rows(database, shop)
-    allowed = [r for r in rows if r["decision"] == "allowed"][0]["entry"]
+    allowed = next(r for r in rows if r["decision"] == "allowed")["entry"]
     assert allowed["approval"]["confirm"] == "typed_phrase" and allowed["approval"]["approved_by"] == "staff:alice"
     pre2 = await run(dispatcher, p, "payments.refund", REFUND)
     clock.advance(301)
-    late = await run(dispatcher, p, "payments.refund", REFUND, confirm=True,
-                     typed_phrase=pre2["pending"]["required_phrase"], nonce=pre2["pending"]["nonce"])
+    late = await run(
+        dispatcher,
+        p,
+        "payments.refund",
+        REFUND,
+        confirm=True,
+        typed_phrase=pre2["pending"]["required_phrase"],
+        nonce=pre2["pending"]["nonce"],
+    )
     assert late["error"]["reason"] == "nonce_expired"
     norev = await run(dispatcher, p, "audit.revert", {"audit_id": ok["audit_id"]}, confirm=True)
     assert norev["error"]["reason"] == "no_revert_handler" and norev["result"]["reverted"] is False
@@ -158,8 +213,9 @@ async def test_irreversible_owner_only(shop, dispatcher, database):
 
 async def test_revert_edge_cases(shop, dispatcher):
     p = staff(shop, "employee")
-    assert (await run(dispatcher, p, "audit.revert", {"audit_id": 999999}, confirm=True))["error"]["reason"] == \
-        "audit_not_found"
+    assert (await run(dispatcher, p, "audit.revert", {"audit_id": 999999}, confirm=True))["error"][
+        "reason"
+    ] == "audit_not_found"
     denied = await run(dispatcher, staff(shop, "read_only"), "crm_contact_update", UPDATE, confirm=True)
     r = await run(dispatcher, p, "audit.revert", {"audit_id": denied["audit_id"]}, confirm=True)
     assert r["error"]["reason"] == "not_revertible"
@@ -170,6 +226,7 @@ async def test_revert_edge_cases(shop, dispatcher):
 
 async def test_daily_caps_and_midnight_reset(shop, database, db_settings, clock):
     from ucp_gateway.verbs import Dispatcher, build_registry
+
     db_settings.verbs_daily_caps = {"WRITE_REVERSIBLE": 3, "WRITE_FINANCIAL": 25, "IRREVERSIBLE": 10}
     d = Dispatcher(build_registry(), database.pool, db_settings, clock)
     clock.set(datetime(2026, 4, 8, 23, 59, 0, tzinfo=UTC))
@@ -195,11 +252,22 @@ async def test_buyer_not_counted_against_company_caps(shop, database, db_setting
         return {"outcome": "paid", "amount": ctx.args["amount"]}
 
     r = Registry()
-    r.register({"name": "checkout.complete", "description": "Pay for a checkout.", "shape": "receipt",
-                "side_effects": "write", "input_schema": {"type": "object", "required": ["amount"],
-                                                          "properties": {"amount": {"type": "integer"}}}},
-               VerbPolicy(RiskClass.WRITE_FINANCIAL, principals=frozenset({"buyer"}), consent="payment_credential",
-                          principal_limit=PrincipalLimit(calls=5, amount=3000, amount_arg="amount")), pay)
+    r.register(
+        {
+            "name": "checkout.complete",
+            "description": "Pay for a checkout.",
+            "shape": "receipt",
+            "side_effects": "write",
+            "input_schema": {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}}},
+        },
+        VerbPolicy(
+            RiskClass.WRITE_FINANCIAL,
+            principals=frozenset({"buyer"}),
+            consent="payment_credential",
+            principal_limit=PrincipalLimit(calls=5, amount=3000, amount_arg="amount"),
+        ),
+        pay,
+    )
     db_settings.verbs_daily_caps = {"WRITE_FINANCIAL": 1}
     d = Dispatcher(r, database.pool, db_settings, clock)
     buyer = Principal("buyer", shop.id, "buyer", "https://platform.example/agent", "ucp")
@@ -212,9 +280,35 @@ async def test_buyer_not_counted_against_company_caps(shop, database, db_setting
 
 async def test_rls_isolation_between_companies(shop, dispatcher, database):
     from ucp_gateway.tenancy import create_company
+
     other = await create_company(database.pool, slug="other-shop", display_name="Other")
     env = await run(dispatcher, staff(shop, "employee"), "crm_contact_update", UPDATE, confirm=True)
-    theirs = await run(dispatcher, staff(other, "employee"), "audit.revert", {"audit_id": env["audit_id"]}, confirm=True)
+    theirs = await run(
+        dispatcher, staff(other, "employee"), "audit.revert", {"audit_id": env["audit_id"]}, confirm=True
+    )
     assert theirs["error"]["reason"] == "audit_not_found"
-    assert (await run(dispatcher, staff(other), "customer.context", {"customer_id": "cust_1"}))["error"]["reason"] == \
-        "not_found"
+    assert (await run(dispatcher, staff(other), "customer.context", {"customer_id": "cust_1"}))["error"][
+        "reason"
+    ] == "not_found"
+
+
+async def test_default_caps_and_company_override(shop, dispatcher):
+    from dataclasses import replace
+
+    assert [dispatcher.cap_limit(shop, c) for c in ("WRITE_REVERSIBLE", "WRITE_FINANCIAL", "IRREVERSIBLE")] == [
+        100,
+        25,
+        10,
+    ]
+    assert dispatcher.cap_limit(shop, None) is None
+    custom = replace(shop, settings={"verbs": {"daily_caps": {"IRREVERSIBLE": 0, "WRITE_REVERSIBLE": None}}})
+    assert (
+        dispatcher.cap_limit(custom, "IRREVERSIBLE") == 0 and dispatcher.cap_limit(custom, "WRITE_REVERSIBLE") is None
+    )
+
+
+async def test_irreversible_class_disabled_by_company(shop, database, dispatcher):
+    async with tenant_tx(database.pool, shop.id) as c:
+        await c.execute("UPDATE companies SET settings = $1::jsonb", {"verbs": {"daily_caps": {"IRREVERSIBLE": 0}}})
+    env = await run(dispatcher, staff(shop, "owner"), "gdpr_delete_contact", {"contact_id": 1})
+    assert env["error"]["reason"] == "daily_cap_exceeded"

@@ -45,8 +45,11 @@ async def test_new_verb_changes_etag(client):
     async def h(ctx):
         return {"entity_id": 1, "data": {}}
 
-    client.app[VERBS].registry.register({"name": "late.arrival", "description": "x", "shape": "aggregate",
-                                         "input_schema": {"type": "object"}}, VerbPolicy(RiskClass.READ), h)
+    client.app[VERBS].registry.register(
+        {"name": "late.arrival", "description": "x", "shape": "aggregate", "input_schema": {"type": "object"}},
+        VerbPolicy(RiskClass.READ),
+        h,
+    )
     r = await client.get("/api/v1/agent/verbs", headers={"If-None-Match": tag})
     assert r.status == 200 and r.headers["ETag"] != tag
     assert "late.arrival" in {x["name"] for x in await r.json()}
@@ -61,11 +64,20 @@ async def test_dispatch_statuses(client, database, shop):
     r = await client.post("/api/v1/agent/dispatch", json=body, headers=h)
     env = await r.json()
     assert r.status == 200 and env["ok"] and envelope_validator().is_valid(env)
-    for malformed in (b"not json", b"[]", b'{"verb": 3}', b'{"verb": "x", "args": []}', b'{"verb": "x", "confirm": "yes"}'):
+    for malformed in (
+        b"not json",
+        b"[]",
+        b'{"verb": 3}',
+        b'{"verb": "x", "args": []}',
+        b'{"verb": "x", "confirm": "yes"}',
+    ):
         r = await client.post("/api/v1/agent/dispatch", data=malformed, headers=h)
         assert r.status == 400 and (await r.json())["error"]["reason"] == "invalid_request"
-    denied = await client.post("/api/v1/agent/dispatch", json={"verb": "crm_contact_update", "confirm": True,
-                                                               "args": {"contact_id": 1, "status": "vip"}}, headers=h)
+    denied = await client.post(
+        "/api/v1/agent/dispatch",
+        json={"verb": "crm_contact_update", "confirm": True, "args": {"contact_id": 1, "status": "vip"}},
+        headers=h,
+    )
     assert denied.status == 200 and (await denied.json())["error"]["reason"] == "role_denied"
     off_host = await client.post("/api/v1/agent/dispatch", json=body, headers={**h, "Host": "unknown.test"})
     assert off_host.status == 404
@@ -73,10 +85,12 @@ async def test_dispatch_statuses(client, database, shop):
 
 async def test_token_of_other_company_rejected(client, database, shop):
     from ucp_gateway.tenancy import create_company
+
     other = await create_company(database.pool, slug="other", display_name="Other", hostnames=["other.test"])
     h = await token(database, shop, "owner")
-    r = await client.post("/api/v1/agent/dispatch", json={"verb": "capability.manifest"},
-                          headers={**h, "Host": "other.test"})
+    r = await client.post(
+        "/api/v1/agent/dispatch", json={"verb": "capability.manifest"}, headers={**h, "Host": "other.test"}
+    )
     assert r.status == 401
     assert other.id != shop.id
 
@@ -89,9 +103,34 @@ async def test_idempotency_key_header_and_phrase_flow(client, database, shop):
     assert a["idempotency_key"] == "hdr-1" and b["replayed"] and b["result"] == a["result"]
     admin = await token(database, shop, "admin")
     args = {"order_id": "ord_4", "amount": 250, "currency": "USD"}
-    pre = await (await client.post("/api/v1/agent/dispatch", json={"verb": "payments.refund", "args": args},
-                                   headers=admin)).json()
-    ok = await (await client.post("/api/v1/agent/dispatch", headers=admin, json={
-        "verb": "payments.refund", "args": args, "confirm": True,
-        "typed_phrase": pre["pending"]["required_phrase"], "nonce": pre["pending"]["nonce"]})).json()
+    pre = await (
+        await client.post("/api/v1/agent/dispatch", json={"verb": "payments.refund", "args": args}, headers=admin)
+    ).json()
+    ok = await (
+        await client.post(
+            "/api/v1/agent/dispatch",
+            headers=admin,
+            json={
+                "verb": "payments.refund",
+                "args": args,
+                "confirm": True,
+                "typed_phrase": pre["pending"]["required_phrase"],
+                "nonce": pre["pending"]["nonce"],
+            },
+        )
+    ).json()
     assert ok["ok"] and ok["result"]["refund_id"] == "rf_ord_4_1"
+
+
+def test_request_principal_mapping(shop):
+    from types import SimpleNamespace
+
+    from ucp_gateway.verbs.web import request_principal
+
+    signed = SimpleNamespace(company_id=shop.id, role="buyer", verified=True, profile_url="https://p.example/agent")
+    p = request_principal(signed, shop)
+    assert (p.kind, p.role, p.subject) == ("buyer", "buyer", "https://p.example/agent")
+    partner = SimpleNamespace(company_id=shop.id, role="employee", verified=True, profile_url=None, kid="k1")
+    assert request_principal(partner, shop).kind == "agent"
+    assert request_principal(SimpleNamespace(company_id=shop.id, role="owner", verified=False), shop) is None
+    assert request_principal(SimpleNamespace(company_id="other", role="owner", verified=True), shop) is None

@@ -12,8 +12,12 @@ async def _h(ctx):
 
 
 def rec(**kw):
-    base = {"name": "thing.read", "description": "Read a thing.", "shape": "aggregate",
-            "input_schema": {"type": "object", "properties": {"id": {"type": "string"}}}}
+    base = {
+        "name": "thing.read",
+        "description": "Read a thing.",
+        "shape": "aggregate",
+        "input_schema": {"type": "object", "properties": {"id": {"type": "string"}}},
+    }
     base.update(kw)
     return {k: v for k, v in base.items() if v is not None}
 
@@ -28,10 +32,21 @@ def test_required_fields(missing):
         Registry().register(rec(**{missing: None}), READ, _h)
 
 
-@pytest.mark.parametrize("field,value", [("name", "123bad"), ("name", "a..b"), ("shape", "crud"),
-                                         ("side_effects", "sometimes"), ("surfaces", ["graphql"]),
-                                         ("surfaces", []), ("description", ""), ("extra_field", 1),
-                                         ("tier_floor", "platinum"), ("requires_consent", "yes")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("name", "123bad"),
+        ("name", "a..b"),
+        ("shape", "crud"),
+        ("side_effects", "sometimes"),
+        ("surfaces", ["graphql"]),
+        ("surfaces", []),
+        ("description", ""),
+        ("extra_field", 1),
+        ("tier_floor", "platinum"),
+        ("requires_consent", "yes"),
+    ],
+)
 def test_invalid_values_rejected(field, value):
     with pytest.raises(RegistrationError):
         Registry().register(rec(**{field: value}), READ, _h)
@@ -56,7 +71,9 @@ def test_defaults_filled():
 @pytest.mark.parametrize("reserved", ["company_id", "user_id"])
 def test_reserved_inputs_rejected(reserved):
     with pytest.raises(RegistrationError, match=reserved):
-        Registry().register(rec(input_schema={"type": "object", "properties": {reserved: {"type": "integer"}}}), READ, _h)
+        Registry().register(
+            rec(input_schema={"type": "object", "properties": {reserved: {"type": "integer"}}}), READ, _h
+        )
     with pytest.raises(RegistrationError):
         Registry().register(rec(input_schema={"type": "object", "required": [reserved]}), READ, _h)
 
@@ -99,8 +116,9 @@ def test_policy_consistency():
     with pytest.raises(RegistrationError, match="reversible"):
         r.register(rec(shape="receipt", side_effects="mixed"), WR, _h)
     with pytest.raises(RegistrationError, match="UCP"):
-        r.register(rec(shape="receipt", side_effects="write"),
-                   VerbPolicy(RiskClass.IRREVERSIBLE, phrase=lambda a: "X"), _h)
+        r.register(
+            rec(shape="receipt", side_effects="write"), VerbPolicy(RiskClass.IRREVERSIBLE, phrase=lambda a: "X"), _h
+        )
     v = r.register(rec(shape="receipt", side_effects="write", surfaces=["http"]), WR, _h)
     assert v.record["requires_consent"] is True
 
@@ -119,10 +137,19 @@ def test_demo_registry_covers_twelve_shapes_and_subagents():
     reg = build_registry()
     shapes = {v.shape for v in reg}
     assert set(SHAPES) - {"telemetry"} <= shapes
-    assert {v.policy.subagent for v in reg} >= {"sales", "ar", "ap", "commissions", "service", "compliance",
-                                                 "marketing", "ops"}
+    assert {v.policy.subagent for v in reg} >= {
+        "sales",
+        "ar",
+        "ap",
+        "commissions",
+        "service",
+        "compliance",
+        "marketing",
+        "ops",
+    }
     for v in reg:  # every published record is a valid VerbRecord
         from ucp_gateway.verbs.schemas import record_validator
+
         record_validator().validate(dict(v.record))
 
 
@@ -138,6 +165,7 @@ def test_disclosure_waves():
     reg = build_registry()
     idx = index(listed(reg, tier="enterprise"))
     import json
+
     assert len(json.dumps(idx)) < 1024 and idx["payments"] == 2
     rows, nxt = list_rows(listed(reg), prefix="payments")
     assert {r["name"] for r in rows} == {"payments.refund", "payments.preview_refund_impact"} and nxt is None

@@ -17,23 +17,33 @@ def steps(*s):
 
 async def test_commit_and_reverse_order_revert(shop, dispatcher, database):
     p = staff(shop, "employee")
-    tx = steps(("crm_contact_update", {"contact_id": 1, "status": "vip"}),
-               ("crm_contact_update", {"contact_id": 2, "status": "lead"}),
-               ("inventory_adjust", {"product_id": "gardenias", "delta": 4}))
+    tx = steps(
+        ("crm_contact_update", {"contact_id": 1, "status": "vip"}),
+        ("crm_contact_update", {"contact_id": 2, "status": "lead"}),
+        ("inventory_adjust", {"product_id": "gardenias", "delta": 4}),
+    )
     assert (await run(dispatcher, p, "transaction", tx))["error"]["reason"] == "dispatch_pending"
     env = await run(dispatcher, p, "transaction", tx, confirm=True)
     r = env["result"]
     assert shape_validator("transaction").is_valid(r) and r["status"] == "committed"
     assert [s["verb"] for s in r["steps"]] == ["crm_contact_update", "crm_contact_update", "inventory_adjust"]
     assert r["rollback_handle"] == f"tx:{r['transaction_id']}:rollback_all" and r["audit_id"] == env["audit_id"]
-    assert await q(database, shop, "SELECT count(*) FROM verb_audit_log WHERE entry->>'transaction_id' = $1",
-                   r["transaction_id"]) == 4
+    assert (
+        await q(
+            database,
+            shop,
+            "SELECT count(*) FROM verb_audit_log WHERE entry->>'transaction_id' = $1",
+            r["transaction_id"],
+        )
+        == 4
+    )
     step = await run(dispatcher, p, "audit.revert", {"audit_id": r["steps"][0]["audit_id"]}, confirm=True)
     assert step["error"]["reason"] == "not_revertible"
     rev = await run(dispatcher, p, "audit.revert", {"audit_id": env["audit_id"]}, confirm=True)
     assert rev["result"]["reverted"], rev
-    restored = await q(database, shop, "SELECT array_agg(entity_id ORDER BY seq) FROM agent_events "
-                                       "WHERE type = 'crm.contact.restored'")
+    restored = await q(
+        database, shop, "SELECT array_agg(entity_id ORDER BY seq) FROM agent_events WHERE type = 'crm.contact.restored'"
+    )
     assert restored == ["2", "1"]  # reverse order of the steps
     assert await q(database, shop, "SELECT status FROM crm_contacts WHERE id = 1") == "active"
     assert await q(database, shop, "SELECT quantity FROM inventory WHERE product_id = 'gardenias'") == 0
@@ -44,8 +54,10 @@ async def test_commit_and_reverse_order_revert(shop, dispatcher, database):
 
 async def test_all_or_nothing(shop, dispatcher, database):
     p = staff(shop, "employee")
-    tx = steps(("crm_contact_update", {"contact_id": 1, "status": "vip"}),
-               ("inventory_adjust", {"product_id": "gardenias", "delta": -5}))
+    tx = steps(
+        ("crm_contact_update", {"contact_id": 1, "status": "vip"}),
+        ("inventory_adjust", {"product_id": "gardenias", "delta": -5}),
+    )
     env = await run(dispatcher, p, "transaction", tx, confirm=True)
     assert env["error"]["reason"] == "invalid_state" and env["error"]["path"].startswith("$.steps[1]")
     assert env["result"]["status"] == "aborted"
@@ -60,8 +72,10 @@ async def test_all_or_nothing(shop, dispatcher, database):
 
 
 async def test_financial_transaction_needs_joined_phrase(shop, dispatcher, database):
-    tx = steps(("crm_contact_update", {"contact_id": 1, "notes": "refunded"}),
-               ("payments.refund", {"order_id": "ord_3", "amount": 500, "currency": "USD"}))
+    tx = steps(
+        ("crm_contact_update", {"contact_id": 1, "notes": "refunded"}),
+        ("payments.refund", {"order_id": "ord_3", "amount": 500, "currency": "USD"}),
+    )
     assert (await run(dispatcher, staff(shop, "employee"), "transaction", tx))["error"]["reason"] == "role_denied"
     pre = await run(dispatcher, staff(shop, "admin"), "transaction", tx)
     assert pre["pending"]["required_phrase"] == "REFUND $5.00 on order #ord_3"
@@ -75,11 +89,14 @@ async def test_financial_transaction_needs_joined_phrase(shop, dispatcher, datab
 
 async def test_macro_run_and_revert(shop, dispatcher, database):
     p = staff(shop, "employee")
-    env = await run(dispatcher, p, "macro.run", {"macro_id": "vip_followup", "override_args": {"1": {"value": 12}}},
-                    confirm=True)
+    env = await run(
+        dispatcher, p, "macro.run", {"macro_id": "vip_followup", "override_args": {"1": {"value": 12}}}, confirm=True
+    )
     r = env["result"]
-    assert shape_validator("macro").is_valid(r) and [s["verb"] for s in r["steps"]] == ["crm_contact_update",
-                                                                                       "discount_create"]
+    assert shape_validator("macro").is_valid(r) and [s["verb"] for s in r["steps"]] == [
+        "crm_contact_update",
+        "discount_create",
+    ]
     assert await q(database, shop, "SELECT value FROM discounts WHERE code = 'VIPTHANKS'") == 12
     rev = await run(dispatcher, p, "audit.revert", {"audit_id": env["audit_id"]}, confirm=True)
     assert rev["ok"], rev
@@ -87,3 +104,15 @@ async def test_macro_run_and_revert(shop, dispatcher, database):
     assert await q(database, shop, "SELECT status FROM crm_contacts WHERE id = 1") == "active"
     missing = await run(dispatcher, p, "macro.run", {"macro_id": "nope"}, confirm=True)
     assert missing["error"]["reason"] == "not_found"
+
+
+async def test_step_classes_refused(shop, dispatcher):
+    p = staff(shop, "owner")
+    irreversible = steps(("gdpr_delete_contact", {"contact_id": 1}))
+    env = await run(dispatcher, p, "transaction", irreversible, confirm=True)
+    assert env["error"]["reason"] == "step_class_not_allowed" and env["error"]["path"] == "$.steps[0].verb"
+    nested = steps(("transaction", {"steps": []}))
+    assert (await run(dispatcher, p, "transaction", nested, confirm=True))["error"]["reason"] in (
+        "step_class_not_allowed",
+        "invalid_arguments",
+    )

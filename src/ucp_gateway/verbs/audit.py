@@ -25,7 +25,7 @@ import asyncpg
 
 from .consent import canonical_json
 
-__all__ = ["GENESIS", "ChainReport", "append", "redact", "safe_name", "trail", "verify_chain"]
+__all__ = ["GENESIS", "ChainReport", "append", "append_many", "redact", "safe_name", "trail", "verify_chain"]
 
 GENESIS = b"\x00" * 32
 _SECRET_KEY = re.compile(r"token|secret|password|credential|card|pan|cvv|cvc|authorization", re.I)
@@ -69,6 +69,16 @@ async def append(conn: asyncpg.Connection, company_id: UUID, entry: dict[str, An
         canonical,
     )
     return int(row["audit_id"]), int(row["seq"])
+
+
+async def append_many(conn: asyncpg.Connection, company_id: UUID, entries: list[dict[str, Any]]) -> list[int]:
+    """Append several entries in order with one round trip; returns their audit ids."""
+    rows = await conn.fetch(
+        "SELECT verb_audit_append_batch AS id FROM verb_audit_append_batch($1, $2::text[])",
+        company_id,
+        [canonical_json(e) for e in entries],
+    )
+    return [int(r["id"]) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +127,7 @@ async def verify_chain(conn: asyncpg.Connection, company_id: UUID, *, batch: int
             entry = json.loads(r["entry"])
             aid, seq = r["audit_id"], r["seq"]
 
-            def broken(why: str, aid=aid, seq=seq) -> ChainReport:
+            def broken(why: str, aid=aid, seq=seq, rows=rows) -> ChainReport:
                 return ChainReport(False, rows, aid, seq, why)
 
             if seq != expect_seq:
@@ -145,13 +155,9 @@ async def verify_chain(conn: asyncpg.Connection, company_id: UUID, *, batch: int
             ):
                 return broken("indexed columns differ from the hashed entry")
             prev, expect_seq, last, rows = bytes(r["row_hash"]), seq + 1, seq, rows + 1
-    head = await conn.fetchrow(
-        "SELECT seq, head_hash FROM verb_audit_heads WHERE company_id = $1", company_id
-    )
+    head = await conn.fetchrow("SELECT seq, head_hash FROM verb_audit_heads WHERE company_id = $1", company_id)
     if head is not None and (head["seq"] != last or bytes(head["head_hash"]) != prev):
-        return ChainReport(
-            False, rows, None, head["seq"], "chain head does not match the last row (rows removed?)"
-        )
+        return ChainReport(False, rows, None, head["seq"], "chain head does not match the last row (rows removed?)")
     if head is None and rows:
         return ChainReport(False, rows, None, None, "chain head missing")
     return ChainReport(True, rows)

@@ -22,7 +22,7 @@ from .policy import ROLES, Principal
 
 __all__ = ["TOKEN_PREFIX", "Authenticator", "issue_staff_token", "staff_token_authenticator"]
 
-TOKEN_PREFIX = "ucpgw_st_"
+TOKEN_PREFIX = "ucpgw_st_"  # noqa: S105 - a prefix, not a secret
 # async (pool, company, authorization header or None, request) -> Principal | None
 Authenticator = Callable[[asyncpg.Pool, Company, str | None, Any], Awaitable[Principal | None]]
 
@@ -50,9 +50,7 @@ async def issue_staff_token(pool: asyncpg.Pool, company_id: UUID, role: str, sub
     return token
 
 
-async def staff_token_authenticator(
-    pool: asyncpg.Pool, company: Company, authorization: str | None, request: Any
-):
+async def staff_token_authenticator(pool: asyncpg.Pool, company: Company, authorization: str | None, request: Any):
     """``Authorization: Bearer ucpgw_st_...`` -> staff Principal of that company, else None."""
     if not authorization:
         return None
@@ -61,9 +59,7 @@ async def staff_token_authenticator(
     if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
     async with tenant_tx(pool, company.id) as conn:
-        row = await conn.fetchrow(
-            "SELECT role, subject FROM verb_staff_tokens WHERE token_sha256 = $1", _digest(token)
-        )
+        row = await conn.fetchrow("SELECT role, subject FROM verb_staff_tokens WHERE token_sha256 = $1", _digest(token))
     if row is None:
         return None
     return Principal("staff", company.id, row["role"], row["subject"], "http")

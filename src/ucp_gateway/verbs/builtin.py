@@ -127,15 +127,9 @@ async def _audit_revert(ctx: VerbContext) -> dict[str, Any]:
     row = await ctx.conn.fetchrow("SELECT entry, decision FROM verb_audit_log WHERE audit_id = $1", aid)
     refusal = {"reverted": False, "audit_id": aid}
     if row is None:
-        raise VerbError(
-            "audit_not_found", f"no audit row {aid}", result={**refusal, "reason": "audit_not_found"}
-        )
+        raise VerbError("audit_not_found", f"no audit row {aid}", result={**refusal, "reason": "audit_not_found"})
     entry = row["entry"]
-    if (
-        row["decision"] != "allowed"
-        or entry.get("risk_class") in (None, "READ")
-        or entry["verb"] == "audit.revert"
-    ):
+    if row["decision"] != "allowed" or entry.get("risk_class") in (None, "READ") or entry["verb"] == "audit.revert":
         raise VerbError(
             "not_revertible",
             "only completed writes can be reverted",

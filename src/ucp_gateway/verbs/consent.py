@@ -64,9 +64,7 @@ def _mac(secret: bytes, binding: Mapping[str, Any]) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def _binding(
-    verb: str, digest: str, company_id: str, principal: str, phrase: str, issued_at: int, nonce_id: str
-):
+def _binding(verb: str, digest: str, company_id: str, principal: str, phrase: str, issued_at: int, nonce_id: str):
     return {
         "v": 1,
         "verb": verb,

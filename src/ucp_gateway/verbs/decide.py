@@ -95,9 +95,7 @@ class Decision:
         return VerbError(self.reason or "denied", self.message, hint=self.hint, path=self.path)
 
 
-def _deny(
-    reason: str, message: str = "", *, hint: str | None = None, path: str | None = None, cls=None, digest=""
-):
+def _deny(reason: str, message: str = "", *, hint: str | None = None, path: str | None = None, cls=None, digest=""):
     return Decision("deny", cls, reason, message or REASONS.get(reason, reason), hint, path, digest=digest)
 
 
@@ -142,20 +140,14 @@ def decide(
     if lim is not None and principal.kind == "buyer":
         calls, amount = inputs.principal_used
         want = int(args.get(lim.amount_arg, 0)) if lim.amount_arg else 0
-        if (lim.calls is not None and calls >= lim.calls) or (
-            lim.amount is not None and amount + want > lim.amount
-        ):
+        if (lim.calls is not None and calls >= lim.calls) or (lim.amount is not None and amount + want > lim.amount):
             return _deny("principal_limit_exceeded", cls=cls, digest=digest)
     return _consent(verb, principal, call, inputs, cls, phrase, digest, cap_class)
 
 
 def cap_class_for(verb: Verb, principal: Principal, cls: RiskClass) -> str | None:
     """The company cap bucket this call counts against (None: not counted)."""
-    cap = (
-        verb.policy.effective_cap_class(principal.kind)
-        if cls not in (RiskClass.READ, RiskClass.BLOCKED)
-        else None
-    )
+    cap = verb.policy.effective_cap_class(principal.kind) if cls not in (RiskClass.READ, RiskClass.BLOCKED) else None
     if cap is not None and cls is not verb.policy.risk_class and cap == verb.policy.risk_class.name:
         cap = cls.name
     return cap
@@ -181,9 +173,7 @@ def gates(
     if verb is None or policy is None or (policy.admin_only and not role_at_least(principal.role, "admin")):
         return _deny("unknown_verb", f"No verb named {name!r}.", hint="GET /api/v1/agent/verbs lists verbs.")
     if principal.kind not in policy.principals:
-        return _deny(
-            "role_denied", f"{principal.kind} callers may not call {verb.name}.", cls=policy.risk_class
-        )
+        return _deny("role_denied", f"{principal.kind} callers may not call {verb.name}.", cls=policy.risk_class)
     if principal.transport not in verb.record["surfaces"]:
         return _deny("surface_not_allowed", f"{verb.name} is not offered on {principal.transport}.")
     if not isinstance(raw_args, Mapping):
@@ -224,16 +214,12 @@ def gates(
     return cls, phrase, digest, args
 
 
-def _consent(
-    verb: Verb, principal: Principal, call: Call, inputs: Inputs, cls, phrase, digest, cap_class
-) -> Decision:
+def _consent(verb: Verb, principal: Principal, call: Call, inputs: Inputs, cls, phrase, digest, cap_class) -> Decision:
     policy = verb.policy
     consent = policy.effective_consent()
     if cls is not policy.risk_class and consent is not Consent.PAYMENT_CREDENTIAL:
         consent = Consent.TYPED_PHRASE if phrase is not None else (Consent.CLICK if cls else Consent.NONE)
-    remaining = (
-        None if inputs.cap_limit is None or not cap_class else max(inputs.cap_limit - inputs.cap_used, 0)
-    )
+    remaining = None if inputs.cap_limit is None or not cap_class else max(inputs.cap_limit - inputs.cap_used, 0)
     base = {"risk_class": cls.name, "role_floor": policy.effective_floor(), "cap_remaining": remaining}
     if consent in (Consent.NONE, Consent.PAYMENT_CREDENTIAL):
         return Decision("execute", cls, cap_class=cap_class, digest=digest, approval=None)
@@ -278,8 +264,7 @@ def _consent(
             cls,
             "dispatch_pending",
             "Nothing was executed: the human must type the phrase.",
-            f'Show the phrase verbatim; call again with confirm: true, typed_phrase: "{phrase}" and '
-            "the nonce.",
+            f'Show the phrase verbatim; call again with confirm: true, typed_phrase: "{phrase}" and the nonce.',
             pending=pending,
             cap_class=cap_class,
             digest=digest,

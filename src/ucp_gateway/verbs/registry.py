@@ -141,18 +141,13 @@ def _check_policy(rec: dict[str, Any], policy: VerbPolicy) -> None:
             raise _fail(name, f"shape {rec['shape']!r} is a read shape")
     if cls is RiskClass.READ and rec["shape"] not in READ_SHAPES:
         raise _fail(name, f"shape {rec['shape']!r} is a write shape; class it as a write")
-    if (
-        policy.effective_consent() is Consent.TYPED_PHRASE
-        and cls is not RiskClass.BLOCKED
-        and policy.phrase is None
-    ):
+    if policy.effective_consent() is Consent.TYPED_PHRASE and cls is not RiskClass.BLOCKED and policy.phrase is None:
         raise _fail(name, f"{cls.name} uses the typed-phrase gate and needs a phrase builder")
     if rec.get("tier_floor", "starter") not in TIERS:
         raise _fail(name, f"tier_floor must be one of {', '.join(TIERS)}")
     surfaces = rec.get("surfaces", SURFACES)
     if "ucp" in surfaces and (
-        cls is RiskClass.IRREVERSIBLE
-        or (cls is RiskClass.WRITE_FINANCIAL and "buyer" not in policy.principals)
+        cls is RiskClass.IRREVERSIBLE or (cls is RiskClass.WRITE_FINANCIAL and "buyer" not in policy.principals)
     ):
         raise _fail(name, "UCP may carry neither IRREVERSIBLE nor company-side financial verbs")
     if not policy.principals or not policy.principals <= {"staff", "agent", "buyer"}:
@@ -168,6 +163,7 @@ class Registry:
     def __init__(self) -> None:
         self._verbs: dict[str, Verb] = {}
         self._normalized: dict[str, str] = {}
+        self._sorted: list[Verb] | None = None
         self.version = 0
 
     def register(self, record: Mapping[str, Any], policy: VerbPolicy, handler: Handler) -> Verb:
@@ -200,6 +196,7 @@ class Registry:
         verb = Verb(rec, policy, handler, Draft202012Validator(rec["input_schema"]))
         self._verbs[name] = verb
         self._normalized[norm] = name
+        self._sorted = None
         self.version += 1
         return verb
 
@@ -216,7 +213,9 @@ class Registry:
         return self._verbs.get(name)
 
     def __iter__(self) -> Iterator[Verb]:
-        return iter(sorted(self._verbs.values(), key=lambda v: v.name))
+        if self._sorted is None:
+            self._sorted = sorted(self._verbs.values(), key=lambda v: v.name)
+        return iter(self._sorted)
 
     def __len__(self) -> int:
         return len(self._verbs)

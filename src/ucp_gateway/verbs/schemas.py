@@ -42,9 +42,7 @@ def _all() -> tuple[dict[str, dict[str, Any]], Registry]:
         for part in rel.split("/"):
             node = node.joinpath(part)
         docs[rel] = json.loads(node.read_text("utf-8"))
-    reg: Registry = Registry().with_resources(
-        (doc["$id"], Resource.from_contents(doc)) for doc in docs.values()
-    )
+    reg: Registry = Registry().with_resources((doc["$id"], Resource.from_contents(doc)) for doc in docs.values())
     return docs, reg
 
 

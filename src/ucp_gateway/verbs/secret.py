@@ -12,14 +12,15 @@ from .errors import NonceSecretError
 
 __all__ = ["DEV_SECRET_FILE", "load_nonce_secrets"]
 
-DEV_SECRET_FILE = "verbs-nonce.secret"
+DEV_SECRET_FILE = "verbs-nonce.secret"  # noqa: S105 - a file name, not a secret
 
 
 def load_nonce_secrets(settings: Settings) -> tuple[str, dict[str, bytes]]:
     """Return ``(current_kid, {kid: secret})`` (current plus the optional previous secret).
 
     ``Settings.verbs_nonce_secret`` wins; otherwise, in development only, a 32-byte secret is
-    generated once at ``<data_dir>/verbs-nonce.secret`` with mode 0600 (development or demo). Production without a secret
+    generated once at ``<data_dir>/verbs-nonce.secret`` with mode 0600 (development or demo).
+    Production without a secret
     fails closed. The secret is never logged.
     Raises: NonceSecretError.
     """

@@ -79,7 +79,8 @@ async def finish_key(
 ) -> None:
     """Store the envelope to replay under the claimed key (same transaction as the effects)."""
     await conn.execute(
-        "UPDATE verb_idempotency SET envelope = $4::jsonb, audit_id = $5 WHERE principal = $1 AND verb = $2 AND key = $3",
+        "UPDATE verb_idempotency SET envelope = $4::jsonb, audit_id = $5 "
+        "WHERE principal = $1 AND verb = $2 AND key = $3",
         principal,
         verb,
         key,
@@ -90,15 +91,11 @@ async def finish_key(
 
 async def cap_used(conn: asyncpg.Connection, cap_class: str, day: date) -> int:
     """Executions counted today against ``cap_class``."""
-    v = await conn.fetchval(
-        "SELECT used FROM verb_daily_usage WHERE cap_class = $1 AND day = $2", cap_class, day
-    )
+    v = await conn.fetchval("SELECT used FROM verb_daily_usage WHERE cap_class = $1 AND day = $2", cap_class, day)
     return int(v or 0)
 
 
-async def reserve_cap(
-    conn: asyncpg.Connection, company_id: UUID, cap_class: str, day: date, limit: int
-) -> bool:
+async def reserve_cap(conn: asyncpg.Connection, company_id: UUID, cap_class: str, day: date, limit: int) -> bool:
     """Count one execution if today's count is below ``limit``; False when the cap is reached.
 
     Released automatically when the transaction rolls back (a failed execution does not count).
@@ -128,9 +125,7 @@ async def consume_nonce(conn: asyncpg.Connection, company_id: UUID, nonce_id: st
     return bool(v)
 
 
-async def principal_used(
-    conn: asyncpg.Connection, principal: str, limit_key: str, day: date
-) -> tuple[int, int]:
+async def principal_used(conn: asyncpg.Connection, principal: str, limit_key: str, day: date) -> tuple[int, int]:
     """``(calls, amount)`` of one principal today under ``limit_key``."""
     r = await conn.fetchrow(
         "SELECT calls, amount FROM verb_principal_usage WHERE principal = $1 AND limit_key = $2 AND day = $3",

@@ -28,7 +28,7 @@ from .providers import build_registry
 from .registry import Registry
 from .schemas import SHAPES
 
-__all__ = ["VERBS", "VerbsRuntime", "setup"]
+__all__ = ["VERBS", "VerbsRuntime", "request_principal", "setup"]
 
 
 @dataclass
@@ -103,21 +103,34 @@ def _parse(raw: bytes, header_key: str | None) -> Call | str:
     return Call(body["verb"][:200], args, confirm, body.get("typed_phrase"), body.get("nonce"), key)
 
 
+def request_principal(found: Any, company: Any) -> Principal | None:
+    """The principal an earlier middleware bound, as a verbs :class:`Principal`, or None.
+
+    Accepts a :class:`Principal` of this company, or a *verified* signature principal (duck-typed:
+    ``company_id``, ``role``, ``verified``, ``profile_url``/``kid``, as the RFC 9421 middleware
+    binds): role ``buyer`` becomes a buyer principal, any other role a partner agent.
+    Unverified principals are ignored (the bearer-token authenticator then decides).
+    """
+    if isinstance(found, Principal):
+        return found if found.company_id == company.id else None
+    if found is None or not getattr(found, "verified", False) or getattr(found, "company_id", None) != company.id:
+        return None
+    role = str(getattr(found, "role", "read_only"))
+    subject = getattr(found, "profile_url", None) or getattr(found, "kid", None) or "agent"
+    return Principal("buyer" if role == "buyer" else "agent", company.id, role, str(subject), "http")
+
+
 async def dispatch(request: web.Request) -> web.Response:
     app = request.app
     pool = app[DATABASE].pool
     company = request.get(REQ_COMPANY) if REQ_COMPANY in request else await resolve_host(pool, request.host)
     if company is None:
         return _envelope(404, "?", "company_not_found", "This host serves no company.")
-    principal = request.get(REQ_PRINCIPAL)
-    if not isinstance(principal, Principal) or principal.company_id != company.id:
-        principal = await app[VERBS].authenticator(
-            pool, company, request.headers.get("Authorization"), request
-        )
+    principal = request_principal(request.get(REQ_PRINCIPAL), company)
     if principal is None:
-        resp = _envelope(
-            401, "?", "auth_required", "Authenticate with a staff token (Authorization: Bearer ...)."
-        )
+        principal = await app[VERBS].authenticator(pool, company, request.headers.get("Authorization"), request)
+    if principal is None:
+        resp = _envelope(401, "?", "auth_required", "Authenticate with a staff token (Authorization: Bearer ...).")
         resp.headers["WWW-Authenticate"] = "Bearer"
         return resp
     raw = request[REQ_RAW_BODY] if REQ_RAW_BODY in request else await request.read()
@@ -132,9 +145,7 @@ async def dispatch(request: web.Request) -> web.Response:
 
 async def _runtime(app: web.Application) -> AsyncIterator[None]:
     rt = app[VERBS]
-    rt.dispatcher = Dispatcher(
-        rt.registry, app[DATABASE].pool, app[SETTINGS], app[CLOCK] if CLOCK in app else None
-    )
+    rt.dispatcher = Dispatcher(rt.registry, app[DATABASE].pool, app[SETTINGS], app[CLOCK] if CLOCK in app else None)
     yield
     rt.dispatcher = None
 

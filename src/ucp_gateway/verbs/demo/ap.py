@@ -25,9 +25,7 @@ async def _suggest_restock(ctx: VerbContext) -> dict[str, Any]:
     )
     out = []
     for r in rows:
-        conf = round(
-            min(0.95, 0.5 + 0.45 * (1 - r["quantity"] / threshold) + 0.05 * min(int(r["sold"]), 5) / 5), 3
-        )
+        conf = round(min(0.95, 0.5 + 0.45 * (1 - r["quantity"] / threshold) + 0.05 * min(int(r["sold"]), 5) / 5), 3)
         qty = max(threshold * 2 - r["quantity"], 1)
         out.append(
             {
@@ -85,8 +83,7 @@ async def _preview_payout(ctx: VerbContext) -> dict[str, Any]:
         "projected": {"commission_owed": payout},
         "delta": {"payout": payout, "rate_bps": bps, "currency": "USD"},
         "reversible": True,
-        "notes": "Commission is rate_bps/10000 of net sales (paid minus refunded), "
-        "rounded half up to the minor unit.",
+        "notes": "Commission is rate_bps/10000 of net sales (paid minus refunded), rounded half up to the minor unit.",
     }
 
 

@@ -25,9 +25,7 @@ async def order_breakdown(conn, order_id: str):
         order_id,
     )
     disc = await conn.fetchrow("SELECT code, type, value FROM discounts WHERE code = $1", o["discount_code"])
-    rate = await conn.fetchrow(
-        "SELECT id, title, price FROM shipping_rates WHERE id = $1", o["shipping_rate_id"]
-    )
+    rate = await conn.fetchrow("SELECT id, title, price FROM shipping_rates WHERE id = $1", o["shipping_rate_id"])
     promos = await conn.fetch("SELECT id, type, min_subtotal, eligible_item_ids FROM promotions ORDER BY id")
     return o, price_order(
         [dict(x) for x in lines],

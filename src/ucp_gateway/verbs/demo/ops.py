@@ -44,9 +44,7 @@ def _params(f: dict[str, Any]) -> tuple[Any, Any, Any]:
 async def _subscribe(ctx: VerbContext) -> dict[str, Any]:
     f = {k: ctx.args[k] for k in ("event_types", "entity_type", "entity_id") if k in ctx.args}
     head = await ctx.conn.fetchval("SELECT coalesce(max(seq), 0) FROM agent_events")
-    recent = await ctx.conn.fetch(
-        f"SELECT * FROM agent_events WHERE {_FILTER} ORDER BY seq DESC LIMIT 10", *_params(f)
-    )
+    recent = await ctx.conn.fetch(f"SELECT * FROM agent_events WHERE {_FILTER} ORDER BY seq DESC LIMIT 10", *_params(f))
     sid = "sub_" + secrets.token_hex(6)
     await ctx.conn.execute(
         "INSERT INTO agent_subscriptions (company_id, id, principal, filters, created_at, last_polled_at) "

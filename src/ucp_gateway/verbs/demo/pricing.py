@@ -86,13 +86,9 @@ def price_order(
             promo_id = p["id"]
             break
     if rate:
-        steps.append(
-            {"action": "shipping", "detail": {"rate_id": rate["id"], "title": rate["title"], "amount": ship}}
-        )
+        steps.append({"action": "shipping", "detail": {"rate_id": rate["id"], "title": rate["title"], "amount": ship}})
     if promo_id and ship:
-        steps.append(
-            {"action": "free_shipping_promotion", "detail": {"promotion_id": promo_id, "amount": -ship}}
-        )
+        steps.append({"action": "free_shipping_promotion", "detail": {"promotion_id": promo_id, "amount": -ship}})
         ship = 0
     total = subtotal - disc + ship
     steps.append({"action": "total", "detail": {"amount": total}})

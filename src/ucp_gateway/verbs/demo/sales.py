@@ -22,9 +22,7 @@ async def _customer_context(ctx: VerbContext) -> dict[str, Any]:
     cust = await one(
         c, "SELECT id, name, email FROM customers WHERE id = $1", cid, what="customer", path="$.customer_id"
     )
-    addrs = await c.fetch(
-        "SELECT id, city, state, country FROM addresses WHERE customer_id = $1 ORDER BY id", cid
-    )
+    addrs = await c.fetch("SELECT id, city, state, country FROM addresses WHERE customer_id = $1 ORDER BY id", cid)
     pms = []
     if ctx.args.get("include_payment_methods", True):
         pms = await c.fetch("SELECT id, brand, last_digits FROM payment_instruments ORDER BY id")
@@ -33,9 +31,7 @@ async def _customer_context(ctx: VerbContext) -> dict[str, Any]:
         "WHERE customer_id = $1 ORDER BY created_at",
         cid,
     )
-    contact = await c.fetchrow(
-        "SELECT id, status, lifecycle_stage FROM crm_contacts WHERE customer_id = $1", cid
-    )
+    contact = await c.fetchrow("SELECT id, status, lifecycle_stage FROM crm_contacts WHERE customer_id = $1", cid)
     ltv = sum(o["paid_amount"] - o["refunded_amount"] for o in orders)
     data = {
         "name": cust["name"],
@@ -57,9 +53,7 @@ async def _customer_context(ctx: VerbContext) -> dict[str, Any]:
         ],
         "crm": dict(contact) if contact else None,
     }
-    rel = [{"type": "order", "id": o["id"]} for o in orders] + [
-        {"type": "address", "id": a["id"]} for a in addrs
-    ]
+    rel = [{"type": "order", "id": o["id"]} for o in orders] + [{"type": "address", "id": a["id"]} for a in addrs]
     if contact:
         rel.append({"type": "crm_contact", "id": contact["id"]})
     ctx.set_entity("customer", cid)

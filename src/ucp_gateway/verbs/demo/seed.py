@@ -42,9 +42,7 @@ async def seed_verb_demo(pool: asyncpg.Pool, company_id: UUID, now: datetime) ->
                 now,
             )
         prices = {r["id"]: r["price"] for r in await c.fetch("SELECT id, price FROM products")}
-        promos = [
-            dict(p) for p in await c.fetch("SELECT id, type, min_subtotal, eligible_item_ids FROM promotions")
-        ]
+        promos = [dict(p) for p in await c.fetch("SELECT id, type, min_subtotal, eligible_item_ids FROM promotions")]
         made = 0
         for oid, cust, items, code, rate_id, ago in _ORDERS:
             if cust not in {r["id"] for r in await c.fetch("SELECT id FROM customers")} or any(

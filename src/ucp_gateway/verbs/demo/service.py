@@ -22,9 +22,7 @@ _CONTACT = {"type": "integer", "minimum": 1}
 
 async def _explain_contact(ctx: VerbContext) -> dict[str, Any]:
     cid = ctx.args["contact_id"]
-    c = await one(
-        ctx.conn, "SELECT * FROM crm_contacts WHERE id = $1", cid, what="contact", path="$.contact_id"
-    )
+    c = await one(ctx.conn, "SELECT * FROM crm_contacts WHERE id = $1", cid, what="contact", path="$.contact_id")
     chain: list[dict[str, Any]] = []
     if c["customer_id"]:
         for o in await ctx.conn.fetch(
@@ -83,8 +81,7 @@ async def _gdpr_delete(ctx: VerbContext) -> dict[str, Any]:
     if c["customer_id"]:
         await ctx.conn.execute("DELETE FROM addresses WHERE customer_id = $1", c["customer_id"])
         await ctx.conn.execute(
-            "UPDATE customers SET name = 'Erased customer', email = 'erased+' || id || '@invalid' "
-            "WHERE id = $1",
+            "UPDATE customers SET name = 'Erased customer', email = 'erased+' || id || '@invalid' WHERE id = $1",
             c["customer_id"],
         )
     ctx.set_entity("crm_contact", cid)
@@ -99,7 +96,8 @@ async def _discount_create(ctx: VerbContext) -> dict[str, Any]:
     try:
         async with ctx.conn.transaction():  # savepoint: a duplicate code must not poison the transaction
             await ctx.conn.execute(
-                "INSERT INTO discounts (company_id, code, type, value, currency, description) VALUES ($1,$2,$3,$4,$5,$6)",
+                "INSERT INTO discounts (company_id, code, type, value, currency, description) "
+                "VALUES ($1,$2,$3,$4,$5,$6)",
                 ctx.company.id,
                 a["code"],
                 a["type"],
@@ -127,7 +125,8 @@ def provide(registry: Registry) -> None:
         {
             "name": "service.explain_contact_state",
             "shape": "explain",
-            "description": "Why a CRM contact is in its current state: orders, refunds and recorded changes in time order.",
+            "description": "Why a CRM contact is in its current state: orders, refunds and recorded changes "
+            "in time order.",
             "input_schema": obj(["contact_id"], contact_id=_CONTACT),
         },
         VerbPolicy(RiskClass.READ, subagent="service"),
