@@ -40,6 +40,7 @@ async def echo(request: web.Request) -> web.Response:
             "kid": sig.kid if sig else None,
             "raw_len": len(request[REQ_RAW_BODY]),
             "raw_hex": request[REQ_RAW_BODY][:8].hex(),
+            "decoded_len": len(httpsig.web.decoded_body(request)),
         }
     )
 
@@ -87,9 +88,7 @@ async def env(db_settings, database, aiohttp_client, profile_server):
 
     settings.kek_ring = SecretStr(settings.kek_ring)
     clock = FrozenClock()
-    company = await create_company(
-        database.pool, slug="acme", display_name="Acme", hostnames=["shop.example"]
-    )
+    company = await create_company(database.pool, slug="acme", display_name="Acme", hostnames=["shop.example"])
     priv, jwk = new_key()
     profile_server["profile"]["signing_keys"] = [jwk]
     app = make_app(settings, database, clock)

@@ -34,6 +34,7 @@ async def test_independent_signer_is_accepted(env):
     r = await post(env, headers=signed(env))
     assert r.status == 200, await r.text()
     got = await r.json()
+    assert got.pop("decoded_len") == len(BODY)
     assert got == {
         "role": "buyer",
         "authenticated": True,
@@ -89,7 +90,9 @@ async def test_gzip_body_digest_over_bytes_as_transferred(env):
     hdrs = signed(env, body=gz, headers=[("Content-Encoding", "gzip"), ("Content-Type", "application/json")])
     r = await post(env, headers=hdrs, body=gz)
     assert r.status == 200, await r.text()
-    assert (await r.json())["raw_hex"] == gz[:8].hex()  # handlers see the raw, undecoded bytes
+    got = await r.json()
+    assert got["raw_hex"] == gz[:8].hex()  # handlers see the raw, undecoded bytes ...
+    assert got["decoded_len"] == len(BODY)  # ... and decode them explicitly
 
 
 async def test_raw_path_with_empty_query_and_encoding(env):
@@ -160,8 +163,7 @@ async def test_signed_response_verifies_with_hand_built_base(env, database):
     si = r.headers["Signature-Input"]
     params = si.split("=", 1)[1]
     assert params.startswith(
-        '("@status" "content-digest" "content-type" "@method";req "@authority";req '
-        '"@path";req "content-digest";req)'
+        '("@status" "content-digest" "content-type" "@method";req "@authority";req "@path";req "content-digest";req)'
     )
     assert f'keyid="{pub["kid"]}"' in params and "alg=" not in params
     req_digest = dict(hdrs)["Content-Digest"]
@@ -193,19 +195,34 @@ async def test_accept_signature_is_honoured(env, database):
     si = r.headers["Signature-Input"]
     assert si.startswith('rsig=("@status" "content-type")') and 'nonce="n-42"' in si and 'tag="mine"' in si
     assert "Accept-Signature" in r.headers.getall("Vary")
-    base = build_base(
-        [('"@status"', "200"), ('"content-type"', r.headers["Content-Type"])], si.split("=", 1)[1]
-    )
+    base = build_base([('"@status"', "200"), ('"content-type"', r.headers["Content-Type"])], si.split("=", 1)[1])
     raw_verify(pub, base, base64.b64decode(r.headers["Signature"].split(":")[1]))
 
 
-async def test_no_active_key_fails_closed_when_signing_needed(env):
-    r = await post(
-        env,
-        path="/checkout-sessions/chk_1/complete",
-        headers=signed(env, path="/checkout-sessions/chk_1/complete"),
+async def test_first_signature_bootstraps_the_company_key(env, database):
+    path = "/checkout-sessions/chk_1/complete"
+    r = await post(env, path=path, headers=signed(env, path=path))
+    assert r.status == 200 and "Signature" in r.headers
+    (pub,) = await published_jwks(database.pool, env.company.id)
+    assert r.headers["Signature-Input"].endswith(f'keyid="{pub["kid"]}"')
+
+
+async def test_without_kek_ring_signing_fails_closed(db_settings, database, aiohttp_client):
+    from ucp_gateway.clock import FrozenClock
+    from ucp_gateway.tenancy import create_company
+
+    from .conftest import make_app
+
+    settings = db_settings.model_copy(update={"environment": "production", "kek_ring": None, "kek_file": None})
+    await create_company(
+        database.pool, slug="opt", display_name="Opt", hostnames=["opt.example"], signature_policy="optional"
     )
-    assert r.status == 409 and (await r.json())["code"] == "no_active_key"
+    client = await aiohttp_client(make_app(settings, database, FrozenClock()))
+    r = await client.post("/checkout-sessions/c/complete", headers={"Host": "opt.example"}, data=b"")
+    assert r.status == 500 and (await r.json())["code"] == "config_invalid"
+    assert "Signature" not in r.headers
+    r = await client.post("/checkout-sessions", headers={"Host": "opt.example"}, data=b"")
+    assert r.status == 200  # verification side keeps working
 
 
 async def test_webhook_signature_verifies_independently(env, database):
@@ -243,3 +260,41 @@ async def test_webhook_signature_verifies_independently(env, database):
     lines = [(f'"{c}"', vals.get(c) or h[next(k for k in h if k.lower() == c)]) for c in comps]
     raw_verify(pub, build_base(lines, params), base64.b64decode(h["Signature"].split(":")[1]))
     assert h["Content-Digest"] == digest(body)
+
+
+async def test_company_setting_signs_every_response(env, database):
+    from ucp_gateway.db import tenant_tx
+
+    await ensure_active_key(database.pool, env.company.id, now=env.clock.now())
+    r = await post(env, headers=signed(env))
+    assert "Signature" not in r.headers  # not asked for
+    async with tenant_tx(database.pool, env.company.id) as conn:
+        await conn.execute("UPDATE companies SET settings = '{\"sign_responses\": true}'::jsonb")
+    r = await post(env, headers=signed(env))
+    assert r.status == 200 and r.headers["Signature-Input"].startswith('sig1=("@status" "content-digest"')
+
+
+async def test_p22_multiple_set_cookie_lines_are_signed_as_byte_sequences(env, database):
+    """RFC 9421 §2.1.3: Set-Cookie lines cannot be combined safely; the signer wraps them (;bs)."""
+    from multidict import CIMultiDict
+
+    from ucp_gateway.httpsig.rfc9421 import ResponseView
+    from ucp_gateway.httpsig.signing import sign_response_view
+    from ucp_gateway.keys import active_signing_key
+
+    await ensure_active_key(database.pool, env.company.id, now=env.clock.now())
+    key = await active_signing_key(database.pool, env.company.id)
+    (pub,) = await published_jwks(database.pool, env.company.id)
+    headers = CIMultiDict([("Content-Type", "text/plain"), ("Set-Cookie", "a=1, b"), ("Set-Cookie", "c=2")])
+    view = ResponseView(200, headers, None, b"ok")
+    sign_response_view(view, key, now=env.clock.now(), accept_signature='s=("@status" "set-cookie")')
+    si = headers["Signature-Input"]
+    assert si.startswith('s=("@status" "set-cookie";bs)')
+    lines = [
+        ('"@status"', "200"),
+        (
+            '"set-cookie";bs',
+            ":" + base64.b64encode(b"a=1, b").decode() + ":, :" + base64.b64encode(b"c=2").decode() + ":",
+        ),
+    ]
+    raw_verify(pub, build_base(lines, si.split("=", 1)[1]), base64.b64decode(headers["Signature"].split(":")[1]))

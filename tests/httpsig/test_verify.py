@@ -185,9 +185,7 @@ async def test_p09_ows_trimmed(key, resolver):
 async def test_p10_uppercase_component_rejected(key, resolver):
     priv, _ = key
     h = sign_request(priv, body=BODY)
-    h = [
-        (n, v.replace('"content-type"', '"Content-Type"')) if n == "Signature-Input" else (n, v) for n, v in h
-    ]
+    h = [(n, v.replace('"content-type"', '"Content-Type"')) if n == "Signature-Input" else (n, v) for n, v in h]
     with pytest.raises(SignatureInvalid):
         await ok(view(h), resolver)
 

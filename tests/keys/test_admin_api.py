@@ -14,6 +14,7 @@ from ucp_gateway.httpsig import KEY_RESOLVER, PgReplayStore, StaticKeyResolver
 from ucp_gateway.keys import KekRing, authenticate_admin, create_admin_token, role_at_least
 from ucp_gateway.keys.admin_tokens import AdminAuthError, revoke_admin_token
 from ucp_gateway.keys.scheduler import LOCK_KEY, run_once
+from ucp_gateway.tenancy import create_company
 
 from ..httpsig.conftest import make_app
 from ..httpsig.signer import PROFILE, new_key
@@ -155,8 +156,13 @@ async def test_scheduler_runs_in_one_replica_at_a_time(database, vault, two_comp
             is None
         )
         await other_replica.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
-    done = await run_once(database.pool, now=clock.now() + dt.timedelta(hours=2), publish_min=3600, rotating_grace=10)
+    done = await run_once(
+        database.pool, now=clock.now() + dt.timedelta(hours=2), publish_min=3600, rotating_grace=10, vault=vault
+    )
     assert set(done) == {"acme", "bolt"} and all(ev == "activate" for v in done.values() for _, ev in v)
+    c = await create_company(database.pool, slug="new", display_name="New")
+    done = await run_once(database.pool, now=clock.now(), publish_min=3600, rotating_grace=10, vault=vault)
+    assert [ev for _, ev in done["new"]] == ["create"] and len(await list_keys(database.pool, c.id)) == 1
     assert sorted(k.state.value for k in await list_keys(database.pool, a.id)) == ["active", "rotating"]
 
 
@@ -182,6 +188,11 @@ async def test_cli_keys_and_tokens(db_settings, database, two_companies, capsys,
         "UCPGW_ENVIRONMENT": "development",
         "UCPGW_KEYS_DIR": str(tmp_path / "keys"),
     }
+    import logging
+
+    import structlog
+
+    saved_structlog, saved_handlers = structlog.get_config(), logging.getLogger().handlers[:]
     mp = pytest.MonkeyPatch()
     for k, v in env.items():
         mp.setenv(k, v)
@@ -213,3 +224,6 @@ async def test_cli_keys_and_tokens(db_settings, database, two_companies, capsys,
         assert (tmp_path / "keys" / "dev.kek").exists()
     finally:
         mp.undo()
+        # main() configured logging onto capsys's stream; put the previous setup back
+        structlog.configure(**saved_structlog)
+        logging.getLogger().handlers[:] = saved_handlers

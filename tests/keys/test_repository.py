@@ -43,7 +43,7 @@ async def test_rotation_end_to_end(database, vault, two_companies, clock):
     pool = database.pool
     a, _ = two_companies
     with pytest.raises(NoActiveKey):
-        await active_signing_key(pool, a.id)
+        await active_signing_key(pool, a.id, create_if_missing=False)
     k1 = await ensure_active_key(pool, a.id, now=clock.now())
     assert await ensure_active_key(pool, a.id, now=clock.now()) == k1
     sk = await active_signing_key(pool, a.id)
@@ -183,7 +183,7 @@ async def test_tenant_a_cannot_read_or_write_b_keys(database, vault, two_compani
     assert await list_keys(database.pool, a.id) == []
     assert await published_jwks(database.pool, a.id) == []
     with pytest.raises(NoActiveKey):
-        await active_signing_key(database.pool, a.id)
+        await active_signing_key(database.pool, a.id, create_if_missing=False)
 
 
 async def test_rewrap_moves_every_row_to_newest_kek(database, two_companies, clock):

@@ -8,7 +8,10 @@ Public API::
     sign_response(request, response, pool=, company_id=, now=, scheme=)   # aiohttp
     sign_webhook_request(pool, company_id, url=, body=, ucp_agent=, webhook_id=, ...) -> headers
     setup(app)       # middleware; request keys REQ_SIGNATURE (+ appkeys REQ_RAW_BODY, REQ_PRINCIPAL)
-    errors: SignatureMissing, SignatureInvalid, KeyNotFound, DigestMismatch, AlgorithmUnsupported
+    decoded_body(request)  # REQ_RAW_BODY with Content-Encoding undone (decompression is off app-wide)
+    mark_for_signing(request)  # sign this response (complete_checkout); KEY_RESOLVER app key
+    errors: SignatureMissing, SignatureInvalid, KeyNotFound (401); DigestMismatch,
+            AlgorithmUnsupported, InvalidProfileUrl (400); ProfileUnreachable (424)
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .errors import (
     DigestMismatch,
     InvalidProfileUrl,
     KeyNotFound,
+    ProfileUnreachable,
     SignatureError,
     SignatureInvalid,
     SignatureMissing,
@@ -39,6 +43,7 @@ from .web import (
     REQ_SIGN_RESPONSE,
     REQ_SIGNATURE,
     AgentPrincipal,
+    decoded_body,
     mark_for_signing,
     setup,
     sign_response,
@@ -58,6 +63,7 @@ __all__ = [
     "MemoryReplayStore",
     "PgReplayStore",
     "ProfileKeyResolver",
+    "ProfileUnreachable",
     "ReplayStore",
     "RequestView",
     "ResponseView",
@@ -69,6 +75,7 @@ __all__ = [
     "VerifiedSignature",
     "check_content_digest",
     "content_digest",
+    "decoded_body",
     "mark_for_signing",
     "setup",
     "sign_response",
@@ -96,7 +103,7 @@ async def sign_webhook_request(
     """
     from ..keys.repository import active_signing_key
 
-    key = await active_signing_key(pool, company_id)
+    key = await active_signing_key(pool, company_id, now=now)
     return webhook_signature_headers(
         key,
         url=url,

@@ -9,6 +9,7 @@ no redirects, timeouts, cache >= 60 s, forced refresh at most once per TTL floor
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -52,7 +53,7 @@ class StaticKeyResolver:
         for url, keys in profiles.items():
             items = keys.values() if isinstance(keys, Mapping) else keys
             self._by[url] = {k["kid"]: dict(k) for k in items}
-        self.calls: list[tuple[str, str, bool]] = []
+        self.calls: deque[tuple[str, str, bool]] = deque(maxlen=1000)  # recent lookups, for tests
 
     async def resolve(self, profile_url: str, kid: str, *, force_refresh: bool = False) -> dict | None:
         self.calls.append((profile_url, kid, force_refresh))

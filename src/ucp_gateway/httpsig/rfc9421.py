@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import http_sf
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec
-from http_message_signatures import HTTPMessageVerifier, algorithms
-from http_sf.compat import Dictionary, InnerList, Item
+from http_message_signatures import HTTPMessageSignaturesException, HTTPMessageVerifier, algorithms
+from http_sf.compat import Dictionary, InnerList
 from multidict import CIMultiDict
 
+from .base import fast_signature_base
 from .errors import AlgorithmUnsupported, SignatureInvalid
 
 __all__ = [
@@ -29,11 +33,11 @@ __all__ = [
     "RequestView",
     "ResponseView",
     "algorithm_for_jwk",
+    "algorithm_instance",
     "looks_der_encoded",
-    "make_verifier",
     "parse_signatures",
     "public_key_from_jwk",
-    "single_signature_view",
+    "verify_signature",
 ]
 
 #: (kty, crv) -> (library algorithm class, coordinate size in bytes). ES256 is required by UCP,
@@ -83,7 +87,18 @@ class ParsedSignature:
     components: tuple[str, ...]  # serialized component identifiers in received order
     params: dict[str, Any] = field(default_factory=dict)
     signature: bytes = b""
-    signature_params: str = ""  # the exact Inner List serialization used in @signature-params
+    raw_components: list = field(default_factory=list, compare=False, repr=False)  # http_sf items
+    source: str = field(default="", compare=False, repr=False)  # the whole Signature-Input value
+
+    @property
+    def node(self) -> InnerList:
+        """The member as the library's compat Inner List (parsed on demand, for the library path)."""
+        return _parse_dict(self.source, "Signature-Input")[self.label]
+
+    @property
+    def signature_params(self) -> str:
+        """The Inner List re-serialized strictly, as it appears in ``@signature-params``."""
+        return str(self.node)
 
     @property
     def keyid(self) -> str | None:
@@ -98,41 +113,105 @@ def _parse_dict(value: str, name: str) -> Dictionary:
         raise SignatureInvalid(f"malformed {name} field") from exc
 
 
-def parse_signatures(signature_input: str, signature: str) -> list[ParsedSignature]:
-    """Parse both Dictionaries; the label sets must be equal (RFC 9421 §4). Raises SignatureInvalid."""
-    inputs = _parse_dict(signature_input, "Signature-Input")
-    sigs = _parse_dict(signature, "Signature")
-    if not inputs or inputs.keys() != sigs.keys():
-        raise SignatureInvalid("Signature-Input and Signature labels differ")
-    out = []
-    for label, node in inputs.items():
-        sig = sigs[label]
-        if not isinstance(node, InnerList) or not isinstance(sig, Item) or not isinstance(sig.value, bytes):
-            raise SignatureInvalid(f"malformed signature {label!r}")
-        out.append(
-            ParsedSignature(
-                label=label,
-                components=tuple(str(c) for c in node),
-                params=dict(node.params),
-                signature=sig.value,
-                signature_params=str(node),
-            )
-        )
+def _reject_duplicate(key: str, context: str) -> None:
+    if context == "dictionary":
+        raise ValueError(f"duplicate label {key!r}")
+
+
+def _sf_dict(value: str, name: str) -> dict:
+    try:
+        return http_sf.parse(value.encode("latin-1"), tltype="dictionary", on_duplicate_key=_reject_duplicate)
+    except Exception as exc:  # http_sf raises assorted ValueErrors on bad syntax
+        raise SignatureInvalid(f"malformed {name} field") from exc
+
+
+_SIG_MEMBER = re.compile(r"([a-z*][a-z0-9_.*-]*)=:([A-Za-z0-9+/]*={0,2}):")
+_SIG_FIELD = re.compile(rf"{_SIG_MEMBER.pattern}(?:[ \t]*,[ \t]*{_SIG_MEMBER.pattern})*")
+
+
+def _signature_dict(value: str) -> dict:
+    """The Signature Dictionary (label -> byte sequence). Plain ``label=:base64:`` members are read
+    with a regex (http_sf's byte-sequence parser is slow in pure Python); anything else goes
+    through http_sf."""
+    v = value.strip(" ")
+    if _SIG_FIELD.fullmatch(v):
+        out: dict = {}
+        for m in _SIG_MEMBER.finditer(v):
+            if m.group(1) in out:
+                raise SignatureInvalid("malformed Signature field")
+            try:
+                out[m.group(1)] = (base64.b64decode(m.group(2), validate=True), {})
+            except ValueError:
+                raise SignatureInvalid("malformed Signature field") from None
+        return out
+    return _sf_dict(value, "Signature")
+
+
+_SI_COMP = r'"[a-z0-9@!#$%&\'*+.^_`|~-]+"'
+_SI_PARAM = r';[a-z*][a-z0-9_.*-]*=(?:-?[0-9]{1,15}|"[\x20\x21\x23-\x5b\x5d-\x7e]*")'
+_SI_MEMBER = re.compile(rf"([a-z*][a-z0-9_.*-]*)=\(((?:{_SI_COMP}(?: +{_SI_COMP})*)?)\)((?:{_SI_PARAM})*)")
+_SI_FIELD = re.compile(rf"{_SI_MEMBER.pattern}(?:[ \t]*,[ \t]*{_SI_MEMBER.pattern})*")
+_SI_PARAM_ITEM = re.compile(r';([a-z*][a-z0-9_.*-]*)=(?:(-?[0-9]{1,15})|"([^"]*)")')
+
+
+def _signature_input_dict(value: str) -> dict:
+    """Signature-Input as ``{label: ([(component, {}), ...], params)}`` like ``http_sf.parse``.
+
+    The usual shape (bare component strings; integer or plain-string parameters) is read with a
+    regex; anything else (component parameters, escapes, tokens, booleans) goes through http_sf.
+    tests/httpsig/test_base.py checks both readers agree.
+    """
+    v = value.strip(" ")
+    if not _SI_FIELD.fullmatch(v):
+        return _sf_dict(value, "Signature-Input")
+    out: dict = {}
+    for m in _SI_MEMBER.finditer(v):
+        label = m.group(1)
+        comps = [(c[1:-1], {}) for c in m.group(2).split()] if m.group(2) else []
+        params: dict = {}
+        for pm in _SI_PARAM_ITEM.finditer(m.group(3)):
+            if pm.group(1) in params:
+                return _sf_dict(value, "Signature-Input")  # http_sf's rule for repeats applies
+            params[pm.group(1)] = int(pm.group(2)) if pm.group(2) is not None else pm.group(3)
+        if label in out:
+            raise SignatureInvalid("malformed Signature-Input field")
+        out[label] = (comps, params)
     return out
 
 
-def single_signature_view(view: RequestView, chosen: ParsedSignature) -> RequestView:
-    """A copy of ``view`` whose signature fields hold only ``chosen``.
+def _component_id(name: Any, params: dict) -> str:
+    if not params and type(name) is str and '"' not in name and "\\" not in name:
+        return f'"{name}"'
+    return http_sf.ser((name, params))
 
-    The library validates every member it sees; an attacker-added malformed member must not break
-    verification of ours (RFC 9421 §7.2.6), so it never sees the others.
-    """
-    headers: CIMultiDict[str] = CIMultiDict(
-        (k, v) for k, v in view.headers.items() if k.lower() not in ("signature-input", "signature")
-    )
-    headers["Signature-Input"] = f"{chosen.label}={chosen.signature_params}"
-    headers["Signature"] = f"{chosen.label}=:{base64.b64encode(chosen.signature).decode('ascii')}:"
-    return RequestView(view.method, view.url, headers, view.body, view.request_target)
+
+def parse_signatures(signature_input: str, signature: str) -> list[ParsedSignature]:
+    """Parse both Dictionaries; the label sets must be equal and unique (RFC 9421 §4).
+    Raises SignatureInvalid."""
+    inputs = _signature_input_dict(signature_input)
+    sigs = _signature_dict(signature)
+    if not inputs or inputs.keys() != sigs.keys():
+        raise SignatureInvalid("Signature-Input and Signature labels differ")
+    out = []
+    for label, (members, params) in inputs.items():
+        sig = sigs[label][0]
+        if not isinstance(members, list) or not isinstance(sig, bytes):
+            raise SignatureInvalid(f"malformed signature {label!r}")
+        try:
+            comps = tuple(_component_id(n, p) for n, p in members)
+        except ValueError:
+            raise SignatureInvalid(f"malformed signature {label!r}") from None
+        out.append(
+            ParsedSignature(
+                label=label,
+                components=comps,
+                params=dict(params),
+                signature=sig,
+                raw_components=members,
+                source=signature_input,
+            )
+        )
+    return out
 
 
 def _b64url(s: Any, size: int) -> int:
@@ -170,6 +249,19 @@ def public_key_from_jwk(jwk: dict[str, Any]) -> ec.EllipticCurvePublicKey:
     return _public_key(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size)
 
 
+@lru_cache(maxsize=4096)
+def _algorithm(crv: str, x: str, y: str, size: int) -> Any:
+    alg_cls, _ = ALGORITHMS_BY_CURVE[("EC", crv)]
+    return alg_cls(public_key=_public_key(crv, x, y, size))
+
+
+def algorithm_instance(jwk: dict[str, Any]) -> Any:
+    """The library algorithm for ``jwk``'s curve bound to its public key (cached by coordinates).
+    Raises AlgorithmUnsupported like :func:`public_key_from_jwk`."""
+    _alg, size = algorithm_for_jwk(jwk)
+    return _algorithm(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size)
+
+
 def looks_der_encoded(sig: bytes) -> bool:
     """True if ``sig`` parses as an ASN.1 DER ECDSA signature (pitfall 1: DER instead of r||s)."""
     if len(sig) < 8 or sig[0] != 0x30 or sig[1] != len(sig) - 2:
@@ -193,14 +285,33 @@ class _GatewayVerifier(HTTPMessageVerifier):
         return None
 
 
-def make_verifier(alg_cls: type, kid: str, public_key: Any) -> HTTPMessageVerifier:
-    """A verifier bound to one algorithm and one key (RFC 9421 §3.2 steps 5-6)."""
-    from http_message_signatures import MappingKeyResolver
+#: Signature parameters RFC 9421 §6.3 registers; anything else is refused (§2.3).
+SIGNATURE_PARAMETERS = frozenset({"alg", "created", "expires", "keyid", "nonce", "tag"})
 
-    return _GatewayVerifier(
-        signature_algorithm=alg_cls,
-        key_resolver=MappingKeyResolver(public_keys={kid: public_key}, private_keys={}),
-    )
+
+def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> None:
+    """Rebuild the signature base of ``sig`` from ``message`` (RFC 9421 §3.2 step 7) and verify
+    it with ``algorithm`` (a library algorithm instance bound to the public key, step 8).
+
+    Freshness, coverage and key choice are the caller's policy, checked before. The base comes
+    from :func:`.base.fast_signature_base` when it applies, else from the library. Raises
+    SignatureInvalid for any failure (unknown parameter, §2.5 base error, wrong length, bad
+    signature).
+    """
+    unknown = set(sig.params) - SIGNATURE_PARAMETERS
+    if unknown:
+        raise SignatureInvalid("unknown signature parameter " + ", ".join(sorted(unknown)))
+    try:
+        HTTPMessageVerifier._validate_signature_param_types(sig.params)
+        base = fast_signature_base(message, sig.raw_components, sig.params) or signature_base(message, sig)
+        algorithm.verify(signature=sig.signature, message=base)
+    except (HTTPMessageSignaturesException, InvalidSignature, ValueError, TypeError, AssertionError) as exc:
+        raise SignatureInvalid("request signature verification failed") from exc
+
+
+# The library's base builder (RFC 9421 §2.5), used directly: its verify() would parse the signature
+# fields a second time and read the wall clock.
+_BASE_BUILDER = _GatewayVerifier(signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=None)
 
 
 def epoch(ts: int) -> dt.datetime:
@@ -219,10 +330,8 @@ __all__ += ["epoch", "header_lines"]
 def signature_base(message: Any, sig: ParsedSignature) -> bytes:
     """The exact RFC 9421 §2.5 signature base of ``sig`` over ``message`` (no trailing newline),
     rebuilt from the received Inner List. Raises HTTPMessageSignaturesException on any §2.5 error."""
-    parsed = HTTPMessageVerifier._parse_signature_dictionary(f"x={sig.signature_params}")["x"]
-    handler = _GatewayVerifier(signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=None)
-    base, _node, _elements = handler._build_signature_base(
-        message, covered_component_ids=list(parsed), signature_params=parsed.params
+    base, _node, _elements = _BASE_BUILDER._build_signature_base(
+        message, covered_component_ids=list(sig.node), signature_params=sig.node.params
     )
     return base.encode("ascii")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from uuid import UUID
@@ -43,6 +44,7 @@ __all__ = [
     "REQ_SIGNATURE",
     "REQ_SIGN_RESPONSE",
     "AgentPrincipal",
+    "decoded_body",
     "effective_mode",
     "mark_for_signing",
     "policy_from_settings",
@@ -111,6 +113,30 @@ def _canonical_path(raw_path: str) -> bool:
     return _DOT.search(raw_path.split("?", 1)[0]) is None
 
 
+def decoded_body(request: web.Request, *, limit: int = 10 * 1024 * 1024) -> bytes:
+    """``request[REQ_RAW_BODY]`` with its Content-Encoding (gzip, deflate, identity) undone.
+
+    Request decompression is off app-wide so digests cover the bytes as sent (RFC 9530 §2);
+    handlers that parse the body call this after verification. Raises BadRequest for an unknown
+    encoding, a corrupt stream, or more than ``limit`` decoded bytes (decompression bombs).
+    """
+    raw = request[REQ_RAW_BODY]
+    enc = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if enc in ("", "identity"):
+        return raw
+    if enc not in ("gzip", "x-gzip", "deflate"):
+        raise BadRequest(f"unsupported Content-Encoding {enc!r}")
+    wbits = 16 + zlib.MAX_WBITS if enc != "deflate" else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(raw, limit + 1)
+    except zlib.error:
+        raise BadRequest("corrupt compressed body") from None
+    if len(out) > limit or d.unconsumed_tail:
+        raise BadRequest("decompressed body too large")
+    return out
+
+
 def mark_for_signing(request: web.Request) -> None:
     """Ask the middleware to sign this request's response (e.g. complete_checkout)."""
     request[REQ_SIGN_RESPONSE] = True
@@ -134,7 +160,7 @@ async def sign_response(
     body = response.body
     if not isinstance(body, (bytes, bytearray)):
         body = b"" if body is None else bytes(body._value)  # type: ignore[union-attr]
-    key = await active_signing_key(pool, company_id)
+    key = await active_signing_key(pool, company_id, now=now)
     raw = request.get(REQ_RAW_BODY, b"")
     req_view = request_view(request, raw, scheme)
     headers: CIMultiDict[str] = CIMultiDict(response.headers)

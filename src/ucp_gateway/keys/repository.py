@@ -34,6 +34,7 @@ __all__ = [
     "compromise_key",
     "ensure_active_key",
     "get_vault",
+    "has_active_key",
     "list_key_events",
     "list_keys",
     "published_jwks",
@@ -133,7 +134,7 @@ def _vault_of(pool: Any) -> Vault | None:
 def get_vault(pool: asyncpg.Pool) -> Vault:
     v = _vault_of(pool)
     if v is None:
-        raise ConfigError("no KEK ring attached to this database pool (keys.setup not run)")
+        raise ConfigError("no KEK ring configured (UCPGW_KEK_RING / UCPGW_KEK_FILE): cannot sign")
     return v
 
 
@@ -182,16 +183,31 @@ async def published_jwks(pool: asyncpg.Pool, company_id: UUID) -> list[dict[str,
     return [dict(r["public_jwk"]) for r in rows]
 
 
-async def active_signing_key(pool: asyncpg.Pool, company_id: UUID, *, vault: Vault | None = None) -> SigningKey:
-    """The company's active key with its decrypted private key. Raises NoActiveKey (409) or
-    KeyDecryptError (500, fail closed). ``vault`` defaults to the one attached to ``pool``."""
+async def active_signing_key(
+    pool: asyncpg.Pool,
+    company_id: UUID,
+    *,
+    vault: Vault | None = None,
+    create_if_missing: bool = True,
+    now: dt.datetime | None = None,
+) -> SigningKey:
+    """The company's active key with its decrypted private key.
+
+    A company that never had a key gets its first one here (``create_if_missing``; nobody can
+    have cached an older key, so it may sign at once). ``vault`` defaults to the one attached to
+    ``pool``. Raises NoActiveKey (409), KeyDecryptError (500, fail closed) or ConfigError (no KEK).
+    """
     v = vault or get_vault(pool)
-    async with tenant_tx(pool, company_id) as conn:
+    cid = UUID(str(company_id))
+    async with tenant_tx(pool, cid) as conn:
         r = await conn.fetchrow("SELECT kid, public_jwk, private_enc FROM company_keys WHERE state = 'active'")
+    if r is None and create_if_missing:
+        await ensure_active_key(pool, cid, now=now or dt.datetime.now(dt.UTC), vault=v)
+        return await active_signing_key(pool, cid, vault=v, create_if_missing=False)
     if r is None:
         raise NoActiveKey("company has no active signing key")
-    key = v.private_key(UUID(str(company_id)), r["kid"], dict(r["private_enc"]))
-    return SigningKey(UUID(str(company_id)), r["kid"], key, dict(r["public_jwk"]))
+    key = v.private_key(cid, r["kid"], dict(r["private_enc"]))
+    return SigningKey(cid, r["kid"], key, dict(r["public_jwk"]))
 
 
 async def _event(conn, company_id, kid, from_state, to_state, event, actor, reason, now) -> None:
@@ -305,6 +321,11 @@ async def rotate(
         kid = await _insert_new(conn, ring, company_id, state, actor, reason, now)
         r = await conn.fetchrow(f"SELECT {_COLS} FROM company_keys WHERE kid = $1", kid)
     return _row(r)
+
+
+async def has_active_key(pool: asyncpg.Pool, company_id: UUID) -> bool:
+    async with tenant_tx(pool, company_id) as conn:
+        return bool(await conn.fetchval("SELECT 1 FROM company_keys WHERE state = 'active'"))
 
 
 async def ensure_active_key(

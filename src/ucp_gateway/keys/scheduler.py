@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import random
 from collections.abc import Callable
 
 import asyncpg
 
+from ..errors import GatewayError
 from ..tenancy import list_companies
-from .repository import advance_company
+from .repository import Vault, advance_company, ensure_active_key, has_active_key
 
 __all__ = ["LOCK_KEY", "run_forever", "run_once"]
 
@@ -25,10 +27,11 @@ LOCK_KEY = int.from_bytes(b"ucpgwkey", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 async def run_once(
-    pool: asyncpg.Pool, *, now: dt.datetime, publish_min: int, rotating_grace: int
+    pool: asyncpg.Pool, *, now: dt.datetime, publish_min: int, rotating_grace: int, vault: Vault | None = None
 ) -> dict[str, list[tuple[str, str]]] | None:
     """One round over all companies. Returns ``{slug: [(kid, event), ...]}`` for companies where
-    something happened, or None if another replica holds the lock."""
+    something happened, or None if another replica holds the lock. With a ``vault``, a company
+    with no active key gets its first one (so it is published before it is first needed)."""
     async with pool.acquire() as lock_conn:
         if not await lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY):
             return None
@@ -40,11 +43,14 @@ async def run_once(
                 if not batch:
                     break
                 for c in batch:
+                    if vault is not None and not await has_active_key(pool, c.id):
+                        kid = await ensure_active_key(pool, c.id, now=now, vault=vault)
+                        out.setdefault(c.slug, []).append((kid, "create"))
                     done = await advance_company(
                         pool, c.id, now=now, publish_min=publish_min, rotating_grace=rotating_grace
                     )
                     if done:
-                        out[c.slug] = [(kid, ev.value) for kid, ev in done]
+                        out.setdefault(c.slug, []).extend((kid, ev.value) for kid, ev in done)
                 after = batch[-1].slug
             await lock_conn.execute("DELETE FROM signature_nonces WHERE expires_at <= $1", now)
             return out
@@ -59,13 +65,16 @@ async def run_forever(
     interval: float,
     publish_min: int,
     rotating_grace: int,
+    vault: Vault | None = None,
 ) -> None:
-    """Run :func:`run_once` every ``interval`` seconds until cancelled; errors are logged, not fatal."""
+    """Run :func:`run_once` every ``interval`` seconds (first after a random 50-100 % of it, so
+    replicas started together spread out) until cancelled; errors are logged, not fatal."""
+    await asyncio.sleep(interval * (0.5 + random.random() / 2))
     while True:
         try:
-            done = await run_once(pool, now=now(), publish_min=publish_min, rotating_grace=rotating_grace)
+            done = await run_once(pool, now=now(), publish_min=publish_min, rotating_grace=rotating_grace, vault=vault)
             if done:
                 log.info("key transitions", extra={"transitions": done})
-        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError, GatewayError) as exc:
             log.warning("key scheduler round failed: %s", exc.__class__.__name__)
         await asyncio.sleep(interval)  # cancellation ends the loop

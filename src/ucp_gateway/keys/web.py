@@ -197,6 +197,7 @@ async def _keys_ctx(app: web.Application) -> AsyncIterator[None]:
             interval=settings.keys_scheduler_interval,
             publish_min=settings.keys_publish_min,
             rotating_grace=settings.keys_rotating_grace,
+            vault=app.get(VAULT),
         )
     )
     try:

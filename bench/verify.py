@@ -1,0 +1,233 @@
+"""Signature verification benchmark (issue 3): cost of the RFC 9421 middleware vs a raw verify.
+
+Prints, in one run:
+  raw      cryptography ECDSA P-256 verifications/s of the signature base of the signed POST;
+  core     verify_request() calls/s on the same message (parse, coverage, digest, library verify);
+  http     signed POSTs/s through the full app (create_app: request id, errors, tenancy, signature
+           middleware) over a real socket, and the same POST unsigned on an exempt route;
+  mw       server-side time inside the signature middleware per real request over the socket
+           (signed POST, handler excluded) minus the same for an unsigned POST on an exempt
+           route = middleware cost per request, and its ratio to the raw verify (target: <= 2x);
+  cost     the same difference measured over HTTP (1/http_signed - 1/http_unsigned; includes
+           client work in the same process, so noisier).
+Per-call costs are CPU time of the event-loop thread (time.thread_time), so load from other
+processes on the machine does not inflate them; requests/s figures are wall-clock.
+Uses an embedded PostgreSQL in a temporary directory. Usage: python bench/verify.py [--seconds S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import datetime as dt
+import hashlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
+from multidict import CIMultiDict
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from ucp_gateway.app import create_app
+from ucp_gateway.clock import SystemClock
+from ucp_gateway.config import Settings
+from ucp_gateway.db.database import open_database
+from ucp_gateway.httpsig import KEY_RESOLVER, RequestView, SignaturePolicy, StaticKeyResolver
+from ucp_gateway.httpsig.verify import verify_request
+from ucp_gateway.httpsig.web import signature_middleware
+from ucp_gateway.keys import KekRing
+from ucp_gateway.logs import configure_logging
+from ucp_gateway.tenancy import create_company
+
+PROFILE = "https://platform.example/profile.json"
+BODY = b'{"line_items":[{"item":{"id":"rose-bouquet"},"quantity":2}],"currency":"USD","buyer":{"email":"a@b.c"}}'
+
+
+def b64u(n: int) -> str:
+    return base64.urlsafe_b64encode(n.to_bytes(32, "big")).rstrip(b"=").decode()
+
+
+def signed_post(priv, created: int) -> tuple[list[tuple[str, str]], bytes]:
+    digest = "sha-256=:" + base64.b64encode(hashlib.sha256(BODY).digest()).decode() + ":"
+    hdrs = [
+        ("Host", "shop.example"),
+        ("UCP-Agent", f'profile="{PROFILE}"'),
+        ("Idempotency-Key", "idem-1"),
+        ("Content-Type", "application/json"),
+        ("Content-Digest", digest),
+    ]
+    comps = ["@method", "@authority", "@path", "ucp-agent", "idempotency-key", "content-digest", "content-type"]
+    vals = {"@method": "POST", "@authority": "shop.example", "@path": "/checkout-sessions"} | {
+        n.lower(): v for n, v in hdrs
+    }
+    params = "(" + " ".join(f'"{c}"' for c in comps) + f');created={created};keyid="bench"'
+    base = ("".join(f'"{c}": {vals[c]}\n' for c in comps) + f'"@signature-params": {params}').encode()
+    r, s = decode_dss_signature(priv.sign(base, ec.ECDSA(hashes.SHA256())))
+    sig = r.to_bytes(32, "big") + s.to_bytes(32, "big")
+    hdrs += [("Signature-Input", f"sig1={params}"), ("Signature", f"sig1=:{base64.b64encode(sig).decode()}:")]
+    return hdrs, base
+
+
+def rate(fn, seconds: float) -> float:
+    """Calls per CPU second of this thread (CPU time is not inflated by other processes)."""
+    n, t0, c0 = 0, time.perf_counter(), time.thread_time()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(50):
+            fn()
+        n += 50
+    return n / (time.thread_time() - c0)
+
+
+async def arate(fn, seconds: float, concurrency: int = 8) -> float:
+    count, stop = 0, time.perf_counter() + seconds
+
+    async def worker():
+        nonlocal count
+        while time.perf_counter() < stop:
+            await fn()
+            count += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return count / (time.perf_counter() - t0)
+
+
+class MiddlewareTimer:
+    """Server-side time spent in the signature middleware per real request, handler excluded:
+    a timing middleware wraps it from outside and the handler times itself."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.n = 0
+        self.inner = 0.0
+
+    @web.middleware
+    async def outer(self, request, handler):
+        t0 = time.thread_time()
+        resp = await handler(request)
+        self.total += time.thread_time() - t0
+        self.n += 1
+        return resp
+
+    def reset(self) -> None:
+        self.total, self.n, self.inner = 0.0, 0, 0.0
+
+    def per_request_us(self) -> float:
+        return (self.total - self.inner) / max(self.n, 1) * 1e6
+
+
+async def main(seconds: float) -> None:
+    priv = ec.generate_private_key(ec.SECP256R1())
+    nums = priv.public_key().public_numbers()
+    jwk = {"kty": "EC", "crv": "P-256", "x": b64u(nums.x), "y": b64u(nums.y), "kid": "bench"}
+    resolver = StaticKeyResolver({PROFILE: [jwk]})
+    now = SystemClock().now()
+    hdrs, base = signed_post(priv, int(now.timestamp()))
+    sig = base64.b64decode(hdrs[-1][1].split(":")[1])
+    der = encode_dss_signature(int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:], "big"))
+    pub = priv.public_key()
+
+    raw = rate(lambda: pub.verify(der, base, ec.ECDSA(hashes.SHA256())), seconds)
+    view = RequestView("POST", "https://shop.example/checkout-sessions", CIMultiDict(hdrs), BODY, "/checkout-sessions")
+    policy = SignaturePolicy()
+    loop_now = dt.datetime.now(dt.UTC)
+
+    async def core_once():
+        await verify_request(view, resolver, policy, loop_now, None)
+
+    c0 = time.thread_time()
+    core_calls = await arate(core_once, seconds, concurrency=1) * seconds
+    core = core_calls / (time.thread_time() - c0)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(
+            data_dir=Path(tmp),
+            environment="development",
+            log_level="error",
+            kek_ring=KekRing.new_entry("bench"),
+            keys_dir=Path(tmp) / "keys",
+        )
+        configure_logging(settings)
+        async with open_database(settings) as db:
+            await create_company(db.pool, slug="shop", display_name="Shop", hostnames=["shop.example"])
+
+            timer = MiddlewareTimer()
+
+            async def handler(request: web.Request) -> web.Response:
+                t0 = time.thread_time()
+                resp = web.json_response({"ok": True})
+                timer.inner += time.thread_time() - t0
+                return resp
+
+            app = create_app(settings, database=db)
+            idx = next(i for i, m in enumerate(app.middlewares) if m is signature_middleware)
+            app.middlewares.insert(idx, timer.outer)
+            app[KEY_RESOLVER] = resolver
+            app.router.add_post("/checkout-sessions", handler)
+            app.router.add_post("/healthz-bench", handler)  # unsigned baseline (exempt below)
+            settings.httpsig_exempt_prefixes = (*settings.httpsig_exempt_prefixes, "/healthz-bench")
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            signed_h = CIMultiDict(hdrs)
+            plain_h = CIMultiDict([("Host", "shop.example"), ("Content-Type", "application/json")])
+            async with aiohttp.ClientSession() as s:
+
+                async def post(path, h):
+                    async with s.post(f"http://127.0.0.1:{port}{path}", data=BODY, headers=h) as r:
+                        assert r.status == 200, (r.status, await r.text())
+                        await r.read()
+
+                await post("/checkout-sessions", signed_h)
+                await post("/healthz-bench", plain_h)
+                unsigned = await arate(lambda: post("/healthz-bench", plain_h), seconds)
+                signed = await arate(lambda: post("/checkout-sessions", signed_h), seconds)
+                # one request at a time, so no other request runs while the timed one awaits
+                # raw verifies are timed in the same loop, so machine load affects both alike
+                raw_t = [0.0, 0]
+
+                async def with_raw(path, h):
+                    await post(path, h)
+                    t0 = time.thread_time()
+                    pub.verify(der, base, ec.ECDSA(hashes.SHA256()))
+                    raw_t[0] += time.thread_time() - t0
+                    raw_t[1] += 1
+
+                timer.reset()
+                await arate(lambda: with_raw("/healthz-bench", plain_h), seconds, concurrency=1)
+                mw_unsigned_us = timer.per_request_us()
+                timer.reset()
+                await arate(lambda: with_raw("/checkout-sessions", signed_h), seconds, concurrency=1)
+                mw_signed_us = timer.per_request_us()
+                raw_same_phase_us = raw_t[0] / raw_t[1] * 1e6
+            await runner.cleanup()
+
+    raw_us, core_us = 1e6 / raw, 1e6 / core
+    cost_us = 1e6 / signed - 1e6 / unsigned
+    mw_us = mw_signed_us - mw_unsigned_us
+    print(f"raw cryptography ES256 verify      : {raw:9.0f} /s  ({raw_us:6.1f} us each)")
+    print(f"verify_request (core, no HTTP)     : {core:9.0f} /s  ({core_us:6.1f} us each, {core_us / raw_us:.2f}x raw)")
+    print(f"HTTP POST unsigned (exempt route)  : {unsigned:9.0f} /s")
+    print(f"HTTP POST signed, full middleware  : {signed:9.0f} /s")
+    print(f"in middleware, signed POST          : {mw_signed_us:9.1f} us  (unsigned exempt: {mw_unsigned_us:.1f} us)")
+    print(f"middleware verifications/s (1 core) : {1e6 / mw_signed_us:9.0f} /s")
+    print(f"raw verify timed in the same phase  : {raw_same_phase_us:9.1f} us")
+    ratio = mw_us / raw_same_phase_us
+    print(f"middleware cost per signed request : {mw_us:9.1f} us  ({ratio:.2f}x raw verify; target <= 2x)")
+    print(f"same over HTTP (incl. client, noisy): {cost_us:9.1f} us  ({cost_us / raw_us:.2f}x raw verify)")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=3.0)
+    asyncio.run(main(ap.parse_args().seconds))
