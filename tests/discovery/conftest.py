@@ -25,9 +25,7 @@ def new_jwk(kid: str) -> dict[str, Any]:
     return key.as_dict(private=False)
 
 
-def platform_profile(
-    keys: list[dict[str, Any]], capabilities: dict | None = None, version: str = "2026-04-08"
-):
+def platform_profile(keys: list[dict[str, Any]], capabilities: dict | None = None, version: str = "2026-04-08"):
     caps = capabilities or {
         "dev.ucp.shopping.checkout": [
             {

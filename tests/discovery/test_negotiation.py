@@ -204,7 +204,7 @@ def shuffled(reg: dict, rnd: random.Random) -> dict:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(registries(), registries())
 def test_result_is_subset_of_both_sides(business, platform) -> None:
     result = intersect_capabilities(business, platform)
@@ -218,7 +218,7 @@ def test_result_is_subset_of_both_sides(business, platform) -> None:
             assert any(p in result for p in parents)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(registries(), registries())
 def test_pruning_is_idempotent(business, platform) -> None:
     result = intersect_capabilities(business, platform)
@@ -229,10 +229,31 @@ def test_pruning_is_idempotent(business, platform) -> None:
     assert set(once) <= set(flat)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(registries(), registries(), st.integers(0, 2**32))
 def test_input_order_does_not_change_result(business, platform, seed) -> None:
     rnd = random.Random(seed)
     expected = intersect_capabilities(business, platform)
     assert intersect_capabilities(shuffled(business, rnd), shuffled(platform, rnd)) == expected
     assert list(intersect_capabilities(shuffled(business, rnd), shuffled(platform, rnd))) == list(expected)
+
+
+def test_wire_codes_of_discovery_errors() -> None:
+    from ucp_gateway.discovery import (
+        InvalidProfileUrl,
+        ProfileMalformed,
+        ProfileNotTrusted,
+        ProfileUnreachable,
+    )
+
+    table = {
+        InvalidProfileUrl: ("invalid_profile_url", 400, -32001),
+        ProfileUnreachable: ("profile_unreachable", 424, -32001),
+        ProfileMalformed: ("profile_malformed", 422, -32001),
+        VersionUnsupported: ("version_unsupported", 422, -32001),
+        ProfileNotTrusted: ("profile_not_trusted", 403, -32000),
+    }
+    for cls, (code, status, rpc) in table.items():
+        err = cls("x")
+        assert (err.code, err.http_status, err.jsonrpc_code) == (code, status, rpc)
+        assert err.to_body() == {"code": code, "content": "x"}

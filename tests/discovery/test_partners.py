@@ -72,9 +72,7 @@ async def test_default_role_and_allowlist_mode(database, company) -> None:
     await set_policy(pool, company.id, default_role="buyer")
     assert (await role_for_agent(pool, company.id, P1)).role == "buyer"
     await set_policy(pool, company.id, trust_mode="allowlist")
-    assert await get_policy(pool, company.id) == type(await get_policy(pool, company.id))(
-        "allowlist", "buyer"
-    )
+    assert await get_policy(pool, company.id) == type(await get_policy(pool, company.id))("allowlist", "buyer")
     with pytest.raises(ProfileNotTrusted) as info:
         await role_for_agent(pool, company.id, P1)
     assert (info.value.code, info.value.http_status) == ("profile_not_trusted", 403)
@@ -109,9 +107,7 @@ async def test_negotiate_request_end_to_end(database, company, platform_server, 
     fetcher = ProfileFetcher(fetch_settings(), clock=clock)
     hosts = frozenset({"127.0.0.1"})
     header = f'profile="{platform_server.url()}"'
-    kw = dict(
-        fetcher=fetcher, pool=database.pool, company=company, business_profile=BUSINESS, http_hosts=hosts
-    )
+    kw = dict(fetcher=fetcher, pool=database.pool, company=company, business_profile=BUSINESS, http_hosts=hosts)
     try:
         result = await negotiate_request(header=header, operation="checkout", **kw)
         assert result.role.role == "read_only"
@@ -128,9 +124,7 @@ async def test_negotiate_request_end_to_end(database, company, platform_server, 
         with pytest.raises(InvalidProfileUrl):
             await negotiate_request(header=None, **kw)
         with pytest.raises(InvalidProfileUrl):
-            await negotiate_request(
-                header=f'profile="{platform_server.url()}"', **{**kw, "http_hosts": frozenset()}
-            )
+            await negotiate_request(header=f'profile="{platform_server.url()}"', **{**kw, "http_hosts": frozenset()})
         # allowlist mode: refused before any fetch
         await set_policy(database.pool, company.id, trust_mode="allowlist")
         before = platform_server.count("/other")
@@ -167,15 +161,9 @@ async def test_cli_add_list_remove_policy(db_settings, database, company, capsys
         return await args.func(args, db_settings)
 
     assert (
-        await run(
-            "partners", "add", "--company", "acme", "--profile", P1, "--role", "employee", "--tier", "pro"
-        )
-        == 0
+        await run("partners", "add", "--company", "acme", "--profile", P1, "--role", "employee", "--tier", "pro") == 0
     )
-    assert (
-        await run("partners", "policy", "--company", "acme", "--mode", "allowlist", "--default-role", "buyer")
-        == 0
-    )
+    assert await run("partners", "policy", "--company", "acme", "--mode", "allowlist", "--default-role", "buyer") == 0
     capsys.readouterr()
     assert await run("partners", "list", "--company", "acme", "--json") == 0
     listed = json.loads(capsys.readouterr().out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import aiohttp
@@ -91,9 +92,7 @@ async def test_if_none_match_gives_304(client) -> None:
     assert again.status == 304
     assert await again.read() == b""
     assert again.headers["ETag"] == etag and "max-age" in again.headers["Cache-Control"]
-    weak = await client.get(
-        "/.well-known/ucp", headers={"Host": "shop.test", "If-None-Match": f'"x", W/{etag}'}
-    )
+    weak = await client.get("/.well-known/ucp", headers={"Host": "shop.test", "If-None-Match": f'"x", W/{etag}'})
     assert weak.status == 304
     other = await client.get("/.well-known/ucp", headers={"Host": "shop.test", "If-None-Match": '"other"'})
     assert other.status == 200
@@ -123,9 +122,7 @@ async def test_disabled_subagent_is_not_listed(aiohttp_client, database, db_sett
 
 async def test_platform_node_and_paginated_agent_graph(aiohttp_client, database, db_settings, demo) -> None:
     for i in range(6):
-        await create_company(
-            database.pool, slug=f"co-{i}", display_name=f"Company {i}", hostnames=[f"co{i}.test"]
-        )
+        await create_company(database.pool, slug=f"co-{i}", display_name=f"Company {i}", hostnames=[f"co{i}.test"])
     await create_company(database.pool, slug="nohost", display_name="No Host")
     settings = db_settings.model_copy(update={"agent_graph_page_size": 3})
     client = await aiohttp_client(make_app(database, settings))
@@ -168,9 +165,7 @@ async def test_vendor_documents_are_served_and_describe_the_config(client) -> No
     jsonschema.validate(entry["config"], schema["$defs"]["config"])
     spec = await client.get(spec_path)
     assert spec.status == 200 and "com.solidnumber.sales" in await spec.text()
-    assert (
-        await client.get(schema_path, headers={"If-None-Match": schema_resp.headers["ETag"]})
-    ).status == 304
+    assert (await client.get(schema_path, headers={"If-None-Match": schema_resp.headers["ETag"]})).status == 304
     assert (await client.get("/ucp/schemas/unknown.json")).status == 404
 
 
@@ -226,3 +221,36 @@ def test_production_refuses_unbound_vendor_namespace(db_settings) -> None:
         }
     )
     setup(good)
+
+
+async def test_render_is_single_flight_and_refreshes_after_ttl(aiohttp_client, database, db_settings, demo) -> None:
+    calls = 0
+    keys = [new_jwk("old")]
+
+    async def counting(pool, company_id):
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.05)
+        return list(keys)
+
+    settings = db_settings.model_copy(update={"profile_render_ttl": 0.2})
+    client = await aiohttp_client(make_app(database, settings, keys=counting))
+    resps = await asyncio.gather(*(client.get("/.well-known/ucp", headers={"Host": "shop.test"}) for _ in range(50)))
+    bodies = {await r.read() for r in resps}
+    assert len(bodies) == 1 and calls == 1
+    keys[:] = [new_jwk("new")]
+    await asyncio.sleep(0.25)
+    stale = await (await client.get("/.well-known/ucp", headers={"Host": "shop.test"})).json()
+    assert [k["kid"] for k in stale["signing_keys"]] == ["old"]  # served while one refresh runs
+    await asyncio.sleep(0.2)
+    fresh = await client.get("/.well-known/ucp", headers={"Host": "shop.test"})
+    assert [k["kid"] for k in (await fresh.json())["signing_keys"]] == ["new"]
+    assert calls == 2
+    assert fresh.headers["ETag"] != resps[0].headers["ETag"]
+
+
+async def test_odd_host_headers_are_refused(client) -> None:
+    for host in ("evil.example/path", "a b", "x" * 300, "[::1", "shop.test:99999999"):
+        resp = await client.get("/.well-known/ucp", headers={"Host": host})
+        assert resp.status == 400, host
+    assert (await client.get("/.well-known/ucp", headers={"Host": "[::1]:8080"})).status == 200

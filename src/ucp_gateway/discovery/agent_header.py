@@ -94,9 +94,7 @@ def parse_ucp_agent(header: str | None, *, http_hosts: frozenset[str] = frozense
     return AgentHeader(validate_profile_url(value, http_hosts=http_hosts), version, dict(params))
 
 
-def agent_from_meta(
-    meta: Mapping[str, Any] | None, *, http_hosts: frozenset[str] = frozenset()
-) -> AgentHeader:
+def agent_from_meta(meta: Mapping[str, Any] | None, *, http_hosts: frozenset[str] = frozenset()) -> AgentHeader:
     """The MCP form: ``meta["ucp-agent"]["profile"]`` (UCP checkout-mcp.md). Raises InvalidProfileUrl."""
     agent = (meta or {}).get("ucp-agent")
     profile = agent.get("profile") if isinstance(agent, Mapping) else None

@@ -10,7 +10,9 @@
      +-- ProfileNotTrusted          profile_not_trusted        403
      +-- CapabilitiesIncompatible   capabilities_incompatible  200 (UCP error envelope, a business outcome)
 
-Transport errors render as ``{"code", "content"}``; ``CapabilitiesIncompatible.to_body`` renders the
+``jsonrpc_code`` is the MCP error code (UCP overview "Error Handling": -32001 for discovery
+failures; -32000 for ``profile_not_trusted`` by analogy with other 403s). Transport errors render
+as ``{"code", "content"}``; ``CapabilitiesIncompatible.to_body`` renders the
 UCP ``error_response`` envelope instead, so one error middleware handles every case.
 """
 
@@ -35,6 +37,7 @@ class InvalidProfileUrl(BadRequest):
 
     code = "invalid_profile_url"
     http_status = 400
+    jsonrpc_code: ClassVar[int] = -32001
 
 
 class ProfileUnreachable(GatewayError):
@@ -42,6 +45,7 @@ class ProfileUnreachable(GatewayError):
 
     code = "profile_unreachable"
     http_status = 424
+    jsonrpc_code: ClassVar[int] = -32001
 
 
 class ProfileMalformed(GatewayError):
@@ -49,6 +53,7 @@ class ProfileMalformed(GatewayError):
 
     code = "profile_malformed"
     http_status = 422
+    jsonrpc_code: ClassVar[int] = -32001
 
 
 class VersionUnsupported(GatewayError):
@@ -56,6 +61,7 @@ class VersionUnsupported(GatewayError):
 
     code = "version_unsupported"
     http_status = 422
+    jsonrpc_code: ClassVar[int] = -32001
 
 
 class ProfileNotTrusted(Forbidden):
@@ -63,6 +69,7 @@ class ProfileNotTrusted(Forbidden):
 
     code = "profile_not_trusted"
     http_status = 403
+    jsonrpc_code: ClassVar[int] = -32000
 
 
 class CapabilitiesIncompatible(GatewayError):
@@ -83,9 +90,7 @@ class CapabilitiesIncompatible(GatewayError):
     def to_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "ucp": {"version": self.version, "status": "error"},
-            "messages": [
-                {"type": "error", "code": self.code, "content": self.message, "severity": "unrecoverable"}
-            ],
+            "messages": [{"type": "error", "code": self.code, "content": self.message, "severity": "unrecoverable"}],
         }
         if self.continue_url:
             body["continue_url"] = self.continue_url

@@ -55,9 +55,7 @@ class _Failure:
 
 def _origin(url: str) -> str:
     p = urlsplit(url)
-    return (
-        f"{p.scheme.lower()}://{(p.hostname or '').lower()}:{p.port or (443 if p.scheme == 'https' else 80)}"
-    )
+    return f"{p.scheme.lower()}://{(p.hostname or '').lower()}:{p.port or (443 if p.scheme == 'https' else 80)}"
 
 
 class ProfileFetcher:
@@ -70,14 +68,10 @@ class ProfileFetcher:
     Use ``await fetcher.close()`` when done (``setup`` registers that on the app).
     """
 
-    def __init__(
-        self, settings: Settings, *, clock: Clock | None = None, resolver: HostResolver | None = None
-    ):
+    def __init__(self, settings: Settings, *, clock: Clock | None = None, resolver: HostResolver | None = None):
         self._s = settings
         self._clock = clock or SystemClock()
-        self._dev_hosts = (
-            frozenset(h.lower() for h in settings.dev_profile_hosts) if settings.dev_mode else frozenset()
-        )
+        self._dev_hosts = frozenset(h.lower() for h in settings.dev_profile_hosts) if settings.dev_mode else frozenset()
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
@@ -87,9 +81,7 @@ class ProfileFetcher:
         self.fetch_count = 0  # network fetches started (for tests and the bench)
 
     # -- key-resolver protocol --------------------------------------------------------------
-    async def resolve(
-        self, profile_url: str, kid: str, *, force_refresh: bool = False
-    ) -> dict[str, Any] | None:
+    async def resolve(self, profile_url: str, kid: str, *, force_refresh: bool = False) -> dict[str, Any] | None:
         """The public JWK with ``kid`` from the profile's ``signing_keys``/``keys``, or None.
 
         On an unknown kid (or ``force_refresh``) the profile is re-fetched, at most once per TTL floor
@@ -179,9 +171,7 @@ class ProfileFetcher:
             profile, ttl = await self._fetch(url, previous.profile if previous else None)
         except GatewayError as exc:
             count = self._failures[url].count + 1 if url in self._failures else 1
-            delay = min(
-                self._s.profile_fetch_backoff_max, self._s.profile_fetch_backoff_base * 2 ** (count - 1)
-            )
+            delay = min(self._s.profile_fetch_backoff_max, self._s.profile_fetch_backoff_base * 2 ** (count - 1))
             self._failures[url] = _Failure(count, self._now() + delay, exc)
             raise
         self._failures.pop(url, None)

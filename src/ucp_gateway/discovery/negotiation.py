@@ -68,9 +68,7 @@ def parents_of(entry: Entry) -> tuple[str, ...]:
     return tuple(p for p in ext if isinstance(p, str))
 
 
-def check_version(
-    platform_version: str, business_version: str, supported_versions: Mapping[str, str] | None
-) -> str:
+def check_version(platform_version: str, business_version: str, supported_versions: Mapping[str, str] | None) -> str:
     """Request-time protocol version check (overview, "Request-Time Validation").
 
     Returns: the version to process with: ``business_version`` when equal, or the platform's version
@@ -81,9 +79,7 @@ def check_version(
         return business_version
     if supported_versions and platform_version in supported_versions:
         return platform_version
-    raise VersionUnsupported(
-        f"protocol version {platform_version!r} is not supported (we speak {business_version})"
-    )
+    raise VersionUnsupported(f"protocol version {platform_version!r} is not supported (we speak {business_version})")
 
 
 def _canonical(entry: Entry) -> str:

@@ -122,8 +122,7 @@ async def list_partners(pool: asyncpg.Pool, company_id: UUID) -> list[Partner]:
     """The company's partners ordered by profile URL."""
     async with tenant_tx(pool, company_id) as conn:
         rows = await conn.fetch(
-            "SELECT company_id, profile_url, role, tier, display_name, created_at "
-            "FROM partners ORDER BY profile_url"
+            "SELECT company_id, profile_url, role, tier, display_name, created_at FROM partners ORDER BY profile_url"
         )
     return [Partner(**dict(r)) for r in rows]
 

@@ -75,11 +75,7 @@ def profile_keys(document: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
         if not isinstance(raw, list):
             raise ProfileMalformed(f"{member} must be an array of JWKs")
         for jwk in raw:
-            if (
-                not isinstance(jwk, dict)
-                or not isinstance(jwk.get("kid"), str)
-                or not isinstance(jwk.get("kty"), str)
-            ):
+            if not isinstance(jwk, dict) or not isinstance(jwk.get("kid"), str) or not isinstance(jwk.get("kty"), str):
                 raise ProfileMalformed(f"{member} entries need string kid and kty")
             if PRIVATE_JWK_MEMBERS & jwk.keys():
                 raise ProfileMalformed(f"{member} must hold public keys only")
@@ -100,9 +96,7 @@ def validate_platform_profile(document: Any) -> None:
     try:
         ucp_models.PlatformSchema.model_validate(document["ucp"])
     except pydantic.ValidationError as exc:
-        raise ProfileMalformed(
-            f"profile fails the UCP 2026-04-08 platform schema at ucp.{_errors(exc)}"
-        ) from None
+        raise ProfileMalformed(f"profile fails the UCP 2026-04-08 platform schema at ucp.{_errors(exc)}") from None
     profile_keys(document)
 
 
@@ -116,9 +110,7 @@ def validate_business_profile(document: Any) -> None:
     try:
         ucp_models.BusinessSchema.model_validate(document["ucp"])
     except pydantic.ValidationError as exc:
-        raise ProfileMalformed(
-            f"profile fails the UCP 2026-04-08 business schema at ucp.{_errors(exc)}"
-        ) from None
+        raise ProfileMalformed(f"profile fails the UCP 2026-04-08 business schema at ucp.{_errors(exc)}") from None
     profile_keys(document)
 
 

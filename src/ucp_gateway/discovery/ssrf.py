@@ -117,6 +117,4 @@ class GuardedResolver(AbstractResolver):
 
 
 def _result(host: str, address: str, port: int, family: socket.AddressFamily) -> Any:
-    return ResolveResult(
-        hostname=host, host=address, port=port, family=family, proto=0, flags=socket.AI_NUMERICHOST
-    )
+    return ResolveResult(hostname=host, host=address, port=port, family=family, proto=0, flags=socket.AI_NUMERICHOST)

@@ -5,15 +5,19 @@ Hosting rules (UCP overview "Profile Requirements -> Hosting"): never a redirect
 rendered profile is kept per Host for ``profile_render_ttl`` seconds, so the hot path is a dict
 lookup and a byte copy.
 
-Wiring other parts (one line each, before the app starts):
-    app[KEYS_PROVIDER] = ucp_gateway.keys.published_jwks          # async (pool, company_id) -> [jwk]
+Wiring: ``setup`` sets ``app[KEY_RESOLVER]`` (httpsig) to the profile fetcher and takes the company's
+keys from ``ucp_gateway.keys.published_jwks``. Other parts plug in with one line before start:
+    app[KEYS_PROVIDER] = <async (pool, company_id) -> [jwk]>                  # default published_jwks
     app[SUBAGENT_PROVIDER] = <async (company, subagent) -> SubagentSummary>   # verb registry
     app[PAYMENT_HANDLERS_PROVIDER] = <async (company) -> {name: [handler]}>   # commerce
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -21,12 +25,14 @@ from urllib.parse import quote, urlsplit
 from uuid import UUID
 
 import asyncpg
+import structlog
 from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
-from ..clock import SystemClock
 from ..config import Settings
 from ..errors import ConfigError, GatewayError
+from ..httpsig.web import KEY_RESOLVER
+from ..keys import published_jwks
 from ..tenancy import Company, list_companies, list_subagents, normalize_host, resolve_host
 from .builder import (
     CompanyLink,
@@ -63,14 +69,8 @@ KEYS_PROVIDER = web.AppKey("ucpgw.keys_provider", KeysProvider)  # type: ignore[
 SUBAGENT_PROVIDER = web.AppKey("ucpgw.subagent_provider", SubagentProvider)  # type: ignore[arg-type]
 PAYMENT_HANDLERS_PROVIDER = web.AppKey("ucpgw.payment_handlers_provider", PaymentHandlersProvider)  # type: ignore[arg-type]
 VENDOR = web.AppKey("ucpgw.vendor", VendorNamespace)
-_RENDERED = web.AppKey("ucpgw.rendered_profiles", OrderedDict)
-_RENDER_CAPACITY = 1024
 JSON = "application/json"
-
-
-async def no_keys(pool: asyncpg.Pool, company_id: UUID) -> list[dict[str, Any]]:
-    """Default keys provider until ``ucp_gateway.keys.published_jwks`` is wired: no keys."""
-    return []
+_log = structlog.get_logger("ucp_gateway.discovery")
 
 
 async def empty_subagent(company: Company, subagent: str) -> SubagentSummary:
@@ -118,44 +118,94 @@ async def _graph_page(app: web.Application, host: str, after: str | None) -> dic
         for c in companies[:size]
     ]
     pages = _origin(settings, host) + "/ucp/agent-graph"
-    next_url = (
-        pages + "?cursor=" + quote(encode_cursor(companies[size - 1].slug)) if len(companies) > size else None
-    )
+    next_url = pages + "?cursor=" + quote(encode_cursor(companies[size - 1].slug)) if len(companies) > size else None
     return agent_graph_page(links, next_url=next_url, page_url=pages)
 
 
-async def _render(app: web.Application, request: web.Request) -> tuple[bytes, str]:
-    host = request.host
-    key = host.lower()
-    now = app[CLOCK].now().timestamp() if CLOCK in app else SystemClock().now().timestamp()
-    cache = app[_RENDERED]
-    hit = cache.get(key)
-    if hit is not None and now < hit[0]:
-        return hit[1], hit[2]
-    company = request.get(REQ_COMPANY, ...)
-    if company is ...:
-        company = await resolve_host(app[DATABASE].pool, normalize_host(host))
+class _Rendered:
+    """Rendered profiles per Host: fresh for ``ttl`` seconds, then served stale while ONE background
+    task re-renders (no stampede of DB reads when an entry expires under load). Bounded LRU."""
+
+    def __init__(self, ttl: float, capacity: int = 1024):
+        self.ttl = ttl
+        self.capacity = capacity
+        self._entries: OrderedDict[str, tuple[float, bytes, str]] = OrderedDict()
+        self._inflight: dict[str, asyncio.Task[tuple[bytes, str]]] = {}
+
+    async def get(self, key: str, render: Callable[[], Awaitable[bytes]]) -> tuple[bytes, str]:
+        hit = self._entries.get(key)
+        if hit is not None:
+            if time.monotonic() >= hit[0] and key not in self._inflight:
+                self._start(key, render)
+            return hit[1], hit[2]
+        task = self._inflight.get(key) or self._start(key, render)
+        return await asyncio.shield(task)
+
+    def _start(self, key: str, render: Callable[[], Awaitable[bytes]]) -> asyncio.Task[tuple[bytes, str]]:
+        async def run() -> tuple[bytes, str]:
+            body = await render()
+            etag = make_etag(body)
+            self._entries[key] = (time.monotonic() + self.ttl, body, etag)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+            return body, etag
+
+        task = asyncio.ensure_future(run())
+        self._inflight[key] = task
+        task.add_done_callback(lambda t: self._done(key, t))
+        return task
+
+    def _done(self, key: str, task: asyncio.Task[tuple[bytes, str]]) -> None:
+        self._inflight.pop(key, None)
+        if not task.cancelled() and task.exception() is not None:
+            _log.warning("profile_render_failed", host=key, error=type(task.exception()).__name__)
+
+
+_RENDERED = web.AppKey("ucpgw.rendered_profiles", _Rendered)
+
+
+async def _render_document(app: web.Application, host: str, company: Company | None) -> bytes:
     if company is None:
         doc = build_platform_profile(vendor=app[VENDOR], first_page=await _graph_page(app, host, None))
     else:
         doc = await company_profile_document(app, company, _origin(app[SETTINGS], host))
-    body = json.dumps(doc, separators=(",", ":")).encode()
-    etag = make_etag(body)
-    cache[key] = (now + app[SETTINGS].profile_render_ttl, body, etag)
-    cache.move_to_end(key)
-    while len(cache) > _RENDER_CAPACITY:
-        cache.popitem(last=False)
-    return body, etag
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+async def _render(app: web.Application, request: web.Request) -> tuple[bytes, str]:
+    host = request.host
+
+    async def render() -> bytes:
+        company = request.get(REQ_COMPANY, ...)
+        if company is ...:  # no tenancy middleware in front of us
+            company = await resolve_host(app[DATABASE].pool, normalize_host(host))
+        return await _render_document(app, host, company)
+
+    return await app[_RENDERED].get(host.lower(), render)
+
+
+# Host as it may appear in our documents: reg-name or IPv4, or a bracketed IPv6, with an optional port.
+_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$")
+
+
+def _bad_host() -> web.Response:
+    return web.json_response({"code": "invalid_request", "content": "invalid Host header"}, status=400)
 
 
 async def well_known_ucp(request: web.Request) -> web.Response:
-    """``GET /.well-known/ucp``: company profile on a company host, platform node otherwise."""
+    """``GET /.well-known/ucp``: company profile on a company host, platform node otherwise.
+    A Host that is not a plain host[:port] is refused (400): it would be echoed into URLs."""
+    if not _HOST.match(request.host):
+        return _bad_host()
     body, etag = await _render(request.app, request)
     return _hosted(request, body, etag, JSON, request.app[SETTINGS].profile_max_age)
 
 
 async def agent_graph(request: web.Request) -> web.Response:
     """``GET /ucp/agent-graph?cursor=...``: one page of the platform's companies."""
+    if not _HOST.match(request.host):
+        return _bad_host()
     cursor = request.query.get("cursor")
     try:
         after = decode_cursor(cursor) if cursor else None
@@ -195,10 +245,12 @@ def setup(app: web.Application) -> None:
             f"vendor_prefix {vendor.prefix!r} is not bound to the host of vendor_base_url {vendor.base_url!r}"
         )
     app[VENDOR] = vendor
-    app[PROFILE_FETCHER] = ProfileFetcher(settings, clock=app[CLOCK] if CLOCK in app else None)
-    app[_RENDERED] = OrderedDict()
+    fetcher = ProfileFetcher(settings, clock=app[CLOCK] if CLOCK in app else None)
+    app[PROFILE_FETCHER] = fetcher
+    app[KEY_RESOLVER] = fetcher  # the signature middleware resolves caller keys through the fetcher
+    app[_RENDERED] = _Rendered(settings.profile_render_ttl)
     if KEYS_PROVIDER not in app:
-        app[KEYS_PROVIDER] = no_keys
+        app[KEYS_PROVIDER] = published_jwks  # pending + active + rotating (ucp_gateway.keys)
     if SUBAGENT_PROVIDER not in app:
         app[SUBAGENT_PROVIDER] = empty_subagent
     if PAYMENT_HANDLERS_PROVIDER not in app:

@@ -1,0 +1,90 @@
+"""Discovery inside the real app (create_app): the signature middleware resolves caller keys through
+the profile fetcher, and the company profile publishes the keys package's keys."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from pydantic import SecretStr
+
+from ucp_gateway.app import create_app
+from ucp_gateway.appkeys import REQ_PRINCIPAL
+from ucp_gateway.clock import FrozenClock
+from ucp_gateway.discovery.profiles import validate_business_profile
+from ucp_gateway.discovery.web import PROFILE_FETCHER
+from ucp_gateway.httpsig import REQ_SIGNATURE
+from ucp_gateway.httpsig.web import KEY_RESOLVER
+from ucp_gateway.keys import KekRing, Vault, ensure_active_key
+from ucp_gateway.tenancy import create_company
+
+from ..httpsig.signer import new_key, sign_request
+
+BODY = b'{"line_items": []}'
+
+
+async def echo(request: web.Request) -> web.Response:
+    sig = request.get(REQ_SIGNATURE)
+    return web.json_response({"kid": sig.kid if sig else None, "role": request[REQ_PRINCIPAL].role})
+
+
+async def test_signed_request_verified_with_fetched_profile_and_keys_published(
+    aiohttp_client, database, db_settings, platform_server
+) -> None:
+    ring = KekRing.new_entry("kek-1")
+    settings = db_settings.model_copy(
+        update={"kek_ring": SecretStr(ring), "dev_profile_hosts": ["127.0.0.1"], "public_scheme": "https"}
+    )
+    clock = FrozenClock()
+    company = await create_company(database.pool, slug="acme", display_name="Acme", hostnames=["shop.example"])
+    kid = await ensure_active_key(database.pool, company.id, now=clock.now(), vault=Vault(KekRing.parse(ring)))
+    priv, jwk = new_key("platform-2026")
+    platform_server.keys = [jwk]
+    app = create_app(settings, clock=clock, database=database)
+    app.router.add_post("/checkout-sessions", echo)
+    assert app[KEY_RESOLVER] is app[PROFILE_FETCHER]
+    client = await aiohttp_client(app)
+
+    headers = sign_request(priv, profile=platform_server.url(), body=BODY, created=int(clock.now().timestamp()))
+    resp = await client.post("/checkout-sessions", headers=[("Host", "shop.example"), *headers], data=BODY)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["kid"] == "platform-2026"
+    assert app[PROFILE_FETCHER].fetch_count == 1 and platform_server.count() == 1
+
+    prof = await client.get("/.well-known/ucp", headers={"Host": "shop.example"})
+    assert prof.status == 200
+    doc = await prof.json()
+    validate_business_profile(doc)
+    assert [k["kid"] for k in doc["signing_keys"]] == [kid]
+    assert "d" not in doc["signing_keys"][0]
+
+
+async def test_demo_company_and_platform_node_validate(aiohttp_client, database, db_settings) -> None:
+    from ucp_gateway.demo import DEMO_SLUG, seed_demo
+    from ucp_gateway.discovery.profiles import validate_platform_profile
+    from ucp_gateway.keys import rotate
+    from ucp_gateway.tenancy import get_company
+
+    ring = KekRing.new_entry("kek-1")
+    settings = db_settings.model_copy(update={"kek_ring": SecretStr(ring)})
+    await seed_demo(database, settings)
+    demo = await get_company(database.pool, DEMO_SLUG)
+    vault, clock = Vault(KekRing.parse(ring)), FrozenClock()
+    await ensure_active_key(database.pool, demo.id, now=clock.now(), vault=vault)
+    await rotate(database.pool, demo.id, actor="test", reason="size check", now=clock.now(), vault=vault)
+    client = await aiohttp_client(create_app(settings, clock=clock, database=database))
+
+    resp = await client.get("/.well-known/ucp", headers={"Host": "localhost:8080"})
+    body = await resp.read()
+    doc = await resp.json()
+    validate_business_profile(doc)
+    validate_platform_profile(doc)
+    assert len(doc["signing_keys"]) == 2  # active + pending
+    assert doc["ucp"]["services"]["dev.ucp.shopping"][0]["endpoint"] == "https://localhost:8080/ucp/v1"
+    assert len(body) < 8 * 1024, len(body)
+
+    node = await client.get("/.well-known/ucp", headers={"Host": "platform.test"})
+    graph = await node.json()
+    validate_business_profile(graph)
+    validate_platform_profile(graph)
+    [entry] = graph["ucp"]["capabilities"]["com.solidnumber.agent_graph"]
+    assert entry["config"]["companies"][0]["slug"] == DEMO_SLUG
+    assert entry["config"]["companies"][0]["profile"] == "https://127.0.0.1/.well-known/ucp"

@@ -1,0 +1,61 @@
+"""Sub-agent summaries from a verb registry (the verbs package's Verb/VerbPolicy shape)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from ucp_gateway.discovery.subagents import registry_subagent_provider, summarize_verbs
+
+
+class Risk(enum.IntEnum):
+    READ = 0
+    WRITE_REVERSIBLE = 1
+    WRITE_FINANCIAL = 2
+    BLOCKED = 4
+
+
+@dataclass
+class Policy:
+    subagent: str | None
+    risk_class: Risk
+    floor: str
+    admin_only: bool = False
+
+    def effective_floor(self) -> str:
+        return self.floor
+
+
+@dataclass
+class Verb:
+    policy: Policy
+    record: dict = field(default_factory=lambda: {"surfaces": ["http", "ucp", "mcp_stdio"]})
+
+
+REGISTRY = [
+    Verb(Policy("sales", Risk.READ, "read_only")),
+    Verb(Policy("sales", Risk.WRITE_REVERSIBLE, "employee")),
+    Verb(Policy("sales", Risk.WRITE_FINANCIAL, "admin")),
+    Verb(Policy("sales", Risk.BLOCKED, "owner")),  # never counted
+    Verb(Policy("sales", Risk.READ, "read_only", admin_only=True)),  # never listed
+    Verb(Policy("sales", Risk.READ, "read_only"), {"surfaces": ["cli"]}),  # not on the UCP surface
+    Verb(Policy("ar", Risk.READ, "read_only")),
+    Verb(Policy(None, Risk.READ, "read_only")),
+]
+
+
+def test_summarize_counts_only_disclosed_ucp_verbs() -> None:
+    s = summarize_verbs(REGISTRY, "sales")
+    assert s.verb_count == 3
+    assert s.risk_classes == ("READ", "WRITE_FINANCIAL", "WRITE_REVERSIBLE")
+    assert s.role_floors == ("admin", "employee", "read_only")
+    assert summarize_verbs(REGISTRY, "ar").verb_count == 1
+    assert summarize_verbs(REGISTRY, "ops").verb_count == 0
+
+
+async def test_provider_reads_the_live_registry() -> None:
+    registry = list(REGISTRY)
+    provider = registry_subagent_provider(registry)
+    assert (await provider(None, "ar")).verb_count == 1
+    registry.append(Verb(Policy("ar", Risk.WRITE_REVERSIBLE, "employee")))
+    assert (await provider(None, "ar")).verb_count == 2
