@@ -43,9 +43,9 @@ COMPONENTS: list[Callable[[web.Application], None]] = [
     _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug (issue 3)
     _httpsig_setup,  # RFC 9421 verification middleware + response signing (issue 3)
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, app[PROFILE_FETCHER]
-    commerce_web.setup,  # UCP shopping REST binding, simulate-shipping, order-webhook worker
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
-    transports_setup,  # /ucp/mcp (UCP MCP binding), /api/v1/webmcp/*; after verbs_setup
+    commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker
+    transports_setup,  # /ucp/mcp (UCP MCP binding), /api/v1/webmcp/*; after verbs and commerce
 ]
 
 

@@ -118,11 +118,20 @@ class Settings(BaseSettings):
     webhook_timeout: float = Field(default=10.0, gt=0, description="Seconds per webhook delivery attempt.")
     webhook_poll_interval: float = Field(default=1.0, gt=0, description="Seconds between outbox scans.")
     webhook_worker: bool = Field(default=True, description="Run the webhook delivery worker in this process.")
+    commerce_via_verbs: bool = Field(
+        default=True,
+        description="Run UCP operations through the verb runtime (audit rows, receipts, buyer limits). "
+        "False (benchmark baseline only, refused in production): direct, unaudited.",
+    )
 
     @model_validator(mode="after")
     def _conformance_needs_dev(self) -> Settings:
         if self.conformance_mode and self.environment != "development":
             raise ValueError("conformance_mode is refused unless environment=development")
+        if not self.commerce_via_verbs and self.environment != "development":
+            raise ValueError("commerce_via_verbs=false (no audit) is refused unless environment=development")
+        if self.conformance_mode and not self.dev_profile_hosts:
+            self.dev_profile_hosts = ["127.0.0.1", "localhost"]  # the suite's plain-http loopback profile
         return self
 
     # --- verb runtime (issue 5, ucp_gateway.verbs) --------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 from aiohttp import web
@@ -11,7 +12,9 @@ from aiohttp import web
 from ucp_gateway.app import create_app
 from ucp_gateway.clock import FrozenClock
 from ucp_gateway.commerce.web import REST_PREFIX
+from ucp_gateway.db import tenant_tx
 from ucp_gateway.demo.seed import seed_demo
+from ucp_gateway.keys import ensure_active_key
 
 _AGENT = {"base": "http://127.0.0.1:9"}  # set by the ``platform`` fixture
 
@@ -65,8 +68,13 @@ def pay(token: str = "success_token", instr: str = "instr_1") -> dict:
 
 @pytest.fixture
 async def company(database, db_settings):
-    """The demo flower shop (main's demo seed), bound to 127.0.0.1 and localhost."""
-    return (await seed_demo(database, db_settings)).company
+    """The demo flower shop (main's demo seed), bound to 127.0.0.1 and localhost. Its signature
+    policy is ``off`` (honoured only in development) so these tests can send unsigned requests;
+    test_e2e_signed.py puts it back to ``required``."""
+    c = (await seed_demo(database, db_settings)).company
+    async with tenant_tx(database.pool, c.id) as conn:
+        await conn.execute("UPDATE companies SET signature_policy = 'off' WHERE id = $1", c.id)
+    return c
 
 
 @pytest.fixture
@@ -160,19 +168,34 @@ async def platform():
 
 def make_app(database, settings, clock=None, **overrides) -> web.Application:
     """The real gateway app (create_app: middlewares + COMPONENTS) without the background worker;
-    plain-http platform profiles allowed on 127.0.0.1 (development only)."""
-    s = settings.model_copy(update={"webhook_worker": False, "dev_profile_hosts": ["127.0.0.1"], **overrides})
+    plain-http platform profiles allowed on 127.0.0.1 (development only); dev KEK ring in data_dir."""
+    s = settings.model_copy(
+        update={
+            "webhook_worker": False,
+            "dev_profile_hosts": ["127.0.0.1"],
+            "keys_dir": settings.data_dir / "keys",
+            **overrides,
+        }
+    )
     return create_app(s, clock=clock, database=database)
+
+
+async def started(aiohttp_client, app, database, company):
+    """Start ``app`` on a real socket and give the company its first signing key (complete
+    responses are signed; signing fails closed without a key)."""
+    client = await aiohttp_client(app)
+    await ensure_active_key(database.pool, company.id, now=datetime.now(UTC))
+    return client
 
 
 @pytest.fixture
 async def client(aiohttp_client, database, db_settings, company, platform):
-    return await aiohttp_client(make_app(database, db_settings))
+    return await started(aiohttp_client, make_app(database, db_settings), database, company)
 
 
 @pytest.fixture
 async def frozen_client(aiohttp_client, database, db_settings, company, clock, platform):
-    return await aiohttp_client(make_app(database, db_settings, clock))
+    return await started(aiohttp_client, make_app(database, db_settings, clock), database, company)
 
 
 def url(path: str) -> str:

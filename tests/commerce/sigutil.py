@@ -134,13 +134,9 @@ class BuyerKey:
         if body:
             h["Content-Digest"] = digest(body)
             comps.append("content-digest")
-        comps += [
-            n for n in ("content-type", "ucp-agent", "idempotency-key") if any(k.lower() == n for k in h)
-        ]
+        comps += [n for n in ("content-type", "ucp-agent", "idempotency-key") if any(k.lower() == n for k in h)]
         m = Msg(method, url, h, body)
-        HTTPMessageSigner(
-            signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=_One(self.priv)
-        ).sign(
+        HTTPMessageSigner(signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=_One(self.priv)).sign(
             m,
             key_id=self.kid,
             label="sig1",

@@ -78,10 +78,7 @@ def test_status_for_messages():
     assert st.status_for_messages([]) == "ready_for_complete"
     assert st.status_for_messages([{"type": "warning", "code": "x"}]) == "ready_for_complete"
     assert st.status_for_messages([{"type": "error", "severity": "recoverable"}]) == "incomplete"
-    assert (
-        st.status_for_messages([{"type": "error", "severity": "requires_buyer_input"}])
-        == "requires_escalation"
-    )
+    assert st.status_for_messages([{"type": "error", "severity": "requires_buyer_input"}]) == "requires_escalation"
 
 
 # --- totals --------------------------------------------------------------------------------
@@ -168,9 +165,7 @@ def test_fulfillment_group_per_method_and_selection():
     (m,) = r.fulfillment["methods"]
     assert len(m["groups"]) == 1 and m["groups"][0]["line_item_ids"] == ["li_1", "li_2"]
     assert r.ready and r.cost == 1500 and not [x for x in r.messages if x["type"] == "error"]
-    r2 = build_fulfillment(
-        _method(destinations=[{"id": "d1", "address_country": "US"}]), lines, 4500, CATALOG
-    )
+    r2 = build_fulfillment(_method(destinations=[{"id": "d1", "address_country": "US"}]), lines, 4500, CATALOG)
     assert not r2.ready and r2.cost is None and r2.fulfillment["methods"][0]["groups"][0]["options"] == []
     assert any(x["type"] == "error" for x in r2.messages)
 
@@ -241,9 +236,7 @@ def _ready_state(**extra):
 def test_price_checkout_totals_consistent_and_valid_against_sdk():
     from datetime import UTC, datetime
 
-    state = _ready_state(
-        discounts={"codes": ["10off"]}, buyer={"email": "a@b.c", "consent": {"marketing": True}}
-    )
+    state = _ready_state(discounts={"codes": ["10off"]}, buyer={"email": "a@b.c", "consent": {"marketing": True}})
     p = price_checkout(state, CATALOG, SHOP)
     assert p.status == "ready_for_complete"
     assert [li["id"] for li in p.line_items] == ["li_1", "li_2"]
@@ -285,9 +278,7 @@ def test_unknown_and_out_of_stock_items_are_messages():
 def test_credentials_never_rendered():
     state = {
         "line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}],
-        "payment": {
-            "instruments": [{"id": "i", "handler_id": "h", "type": "card", "credential": {"token": "s"}}]
-        },
+        "payment": {"instruments": [{"id": "i", "handler_id": "h", "type": "card", "credential": {"token": "s"}}]},
     }
     p = price_checkout(state, CATALOG, SHOP)
     from datetime import UTC, datetime

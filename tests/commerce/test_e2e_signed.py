@@ -15,10 +15,8 @@ import pytest
 from pydantic import SecretStr
 
 from ucp_gateway.commerce.webhooks import WebhookWorker, _default_signer, profile_target_resolver
-from ucp_gateway.discovery.web import KEYS_PROVIDER
-from ucp_gateway.httpsig.web import setup as httpsig_setup
-from ucp_gateway.keys import ensure_active_key, published_jwks
-from ucp_gateway.keys.web import setup as keys_setup
+from ucp_gateway.db import tenant_tx
+from ucp_gateway.keys import ensure_active_key
 
 from .conftest import Platform, make_app, new_key
 from .sigutil import BuyerKey, Msg, RespMsg, verify_with_jwk
@@ -36,10 +34,9 @@ async def buyer():
 @pytest.fixture
 async def shop(aiohttp_client, database, db_settings, company, tmp_path):
     ring = "k1:" + base64.b64encode(os.urandom(32)).decode()
+    async with tenant_tx(database.pool, company.id) as conn:  # the production default
+        await conn.execute("UPDATE companies SET signature_policy = 'required' WHERE id = $1", company.id)
     app = make_app(database, db_settings, public_scheme="http", kek_ring=SecretStr(ring), keys_dir=tmp_path)
-    httpsig_setup(app)
-    keys_setup(app)
-    app[KEYS_PROVIDER] = published_jwks
     client = await aiohttp_client(app)
     await ensure_active_key(database.pool, company.id, now=_now())
     return client
@@ -71,9 +68,7 @@ async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings)
     profile = await r.json()
     shop_keys = {k["kid"]: k for k in profile.get("signing_keys", [])}
     assert shop_keys, profile
-    endpoint = next(
-        s["endpoint"] for s in profile["ucp"]["services"]["dev.ucp.shopping"] if s["transport"] == "rest"
-    )
+    endpoint = next(s["endpoint"] for s in profile["ucp"]["services"]["dev.ucp.shopping"] if s["transport"] == "rest")
     base = urlsplit(endpoint).path
 
     # unsigned requests are refused by the shop's signature policy

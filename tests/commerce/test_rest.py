@@ -9,9 +9,7 @@ from .conftest import SHIP_US, agent, headers, new_key, pay, payload, url
 
 
 async def _create(client, body=None, **kw):
-    r = await client.post(
-        url("/checkout-sessions"), json=body or payload(**kw), headers=headers(key=new_key())
-    )
+    r = await client.post(url("/checkout-sessions"), json=body or payload(**kw), headers=headers(key=new_key()))
     return r, await r.json()
 
 
@@ -51,9 +49,7 @@ async def test_create_get_update_complete_flow(client):
     }
     assert co2["discounts"]["applied"][0]["code"] == "10OFF"
 
-    r = await client.post(
-        url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key())
-    )
+    r = await client.post(url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key()))
     done = await r.json()
     assert r.status == 200, done
     assert done["status"] == "completed" and "continue_url" not in done
@@ -149,9 +145,7 @@ async def test_payment_decline_is_recoverable_message(client):
     assert r.status == 200 and body["status"] == "incomplete"
     assert [m["code"] for m in body["messages"] if m["type"] == "error"] == ["payment_failed"]
     assert body["messages"][-1]["severity"] == "recoverable"
-    r = await client.post(
-        url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key())
-    )
+    r = await client.post(url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key()))
     assert (await r.json())["status"] == "completed"
 
 
@@ -161,9 +155,7 @@ async def test_complete_checks_handler_and_requires_key(client):
     assert r.status == 400
     bad = pay()
     bad["payment"]["instruments"][0]["handler_id"] = "other"
-    r = await client.post(
-        url(f"/checkout-sessions/{co['id']}/complete"), json=bad, headers=headers(key=new_key())
-    )
+    r = await client.post(url(f"/checkout-sessions/{co['id']}/complete"), json=bad, headers=headers(key=new_key()))
     body = await r.json()
     assert body["status"] == "incomplete"
     assert [m["code"] for m in body["messages"] if m["type"] == "error"] == ["payment_handler_unsupported"]
@@ -172,9 +164,7 @@ async def test_complete_checks_handler_and_requires_key(client):
 async def test_complete_without_fulfillment_is_incomplete(client):
     _, co = await _create(client)
     assert co["status"] == "incomplete"
-    r = await client.post(
-        url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key())
-    )
+    r = await client.post(url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key()))
     body = await r.json()
     assert r.status == 200 and body["status"] == "incomplete"
     assert any(m["path"].startswith("$.fulfillment") for m in body["messages"])
@@ -187,9 +177,7 @@ async def test_missing_ucp_agent_is_400(client):
 
 async def test_orders_are_visible_only_to_their_platform(client):
     _, co = await _create(client, payload(fulfillment=SHIP_US))
-    r = await client.post(
-        url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key())
-    )
+    r = await client.post(url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key()))
     oid = (await r.json())["order"]["id"]
     r = await client.get(url(f"/orders/{oid}"), headers=headers(agent("other")))
     assert (await r.json())["messages"][0]["code"] == "not_found"
@@ -205,3 +193,15 @@ async def test_expiry_cancels(frozen_client, clock):
     assert body["status"] == "canceled" and "continue_url" not in body
     r = await frozen_client.put(url(f"/checkout-sessions/{co['id']}"), json=payload(), headers=headers())
     assert r.status == 409
+
+
+async def test_gzip_body_is_decoded_after_verification(client):
+    import gzip
+    import json as _json
+
+    raw = gzip.compress(_json.dumps(payload(fulfillment=SHIP_US)).encode())
+    h = headers(key=new_key())
+    h["Content-Encoding"] = "gzip"
+    r = await client.post(url("/checkout-sessions"), data=raw, headers=h)
+    assert r.status == 201, await r.text()
+    assert (await r.json())["line_items"][0]["item"]["id"] == "bouquet_roses"

@@ -13,7 +13,7 @@ from ucp_sdk.models.schemas.shopping.order import Order
 from ucp_gateway.commerce.webhooks import WebhookWorker, backoff, profile_target_resolver
 from ucp_gateway.db import tenant_tx
 
-from .conftest import SHIP_US, make_app, new_key, pay, payload, url
+from .conftest import SHIP_US, make_app, new_key, pay, payload, started, url
 from .conftest import agent as conftest_agent
 from .conftest import headers as hdrs
 from .sigutil import sign_webhook, verify
@@ -21,9 +21,8 @@ from .sigutil import sign_webhook, verify
 
 @pytest.fixture
 async def shop(aiohttp_client, database, db_settings, company, clock, platform):
-    return await aiohttp_client(
-        make_app(database, db_settings, clock, simulation_secret=SecretStr("s3cret-sim"))
-    )
+    app = make_app(database, db_settings, clock, simulation_secret=SecretStr("s3cret-sim"))
+    return await started(aiohttp_client, app, database, company)
 
 
 @pytest.fixture
@@ -49,9 +48,7 @@ async def worker_factory(database, db_settings, clock):
 
 async def _order(shop, platform) -> str:
     agent = conftest_agent()
-    r = await shop.post(
-        url("/checkout-sessions"), json=payload(fulfillment=SHIP_US), headers=hdrs(agent, new_key())
-    )
+    r = await shop.post(url("/checkout-sessions"), json=payload(fulfillment=SHIP_US), headers=hdrs(agent, new_key()))
     cid = (await r.json())["id"]
     r = await shop.post(url(f"/checkout-sessions/{cid}/complete"), json=pay(), headers=hdrs(agent, new_key()))
     return (await r.json())["order"]["id"]
@@ -61,9 +58,7 @@ def test_backoff_is_exponential_and_capped():
     assert [backoff(n, 2, 20) for n in range(1, 6)] == [2, 4, 8, 16, 20]
 
 
-async def test_delivery_is_signed_retried_with_same_ids(
-    shop, platform, worker_factory, clock, database, company
-):
+async def test_delivery_is_signed_retried_with_same_ids(shop, platform, worker_factory, clock, database, company):
     oid = await _order(shop, platform)
     w = worker_factory()
     platform.fail_next = 1
@@ -84,9 +79,7 @@ async def test_delivery_is_signed_retried_with_same_ids(
     assert h["Webhook-Timestamp"] == str(int(row["created_at"].timestamp()))
 
 
-async def test_crash_between_commit_and_delivery_delivers_once(
-    shop, platform, worker_factory, clock, db_settings
-):
+async def test_crash_between_commit_and_delivery_delivers_once(shop, platform, worker_factory, clock, db_settings):
     await _order(shop, platform)  # committed; no worker ran
     platform.hanging = True
     first = worker_factory()

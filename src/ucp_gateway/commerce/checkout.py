@@ -33,9 +33,7 @@ class ShopInfo:
     base_url: str
     ucp: dict[str, Any]  # the response ``ucp`` envelope (version, capabilities, payment_handlers)
     automatic_discounts: tuple[AutomaticDiscount, ...] = ()
-    links: tuple[tuple[str, str], ...] = field(
-        default=(("terms_of_service", "/terms"), ("privacy_policy", "/privacy"))
-    )
+    links: tuple[tuple[str, str], ...] = field(default=(("terms_of_service", "/terms"), ("privacy_policy", "/privacy")))
 
 
 @dataclass(frozen=True)
@@ -69,9 +67,7 @@ def price_checkout(state: dict[str, Any], catalog: Catalog, shop: ShopInfo) -> P
         pid, qty = li["item"]["id"], int(li["quantity"])
         p = catalog.products.get(pid)
         if p is None or p.currency != catalog.currency:
-            messages.append(
-                error("item_unavailable", f"Product '{pid}' not found.", path=f"$.line_items[{i}]")
-            )
+            messages.append(error("item_unavailable", f"Product '{pid}' not found.", path=f"$.line_items[{i}]"))
             continue
         lid = li.get("id")
         if not lid:
@@ -169,9 +165,7 @@ def render_checkout(
         "links": [{"type": t, "url": shop.base_url + p} for t, p in shop.links],
         "expires_at": rfc3339(expires_at),
         "payment": {
-            "instruments": [
-                _public_instrument(i) for i in (state.get("payment") or {}).get("instruments") or []
-            ]
+            "instruments": [_public_instrument(i) for i in (state.get("payment") or {}).get("instruments") or []]
         },
     }
     for key in ("buyer", "context", "attribution"):

@@ -109,9 +109,7 @@ def apply_discounts(
         code = raw.strip().upper()
         rule = rules.get(code)
         if code in seen:
-            messages.append(
-                warning("discount_code_already_applied", f"Code '{raw}' is already applied.", path=path)
-            )
+            messages.append(warning("discount_code_already_applied", f"Code '{raw}' is already applied.", path=path))
             continue
         if rule is None or (rule.type == "fixed_amount" and rule.currency not in (None, currency)):
             messages.append(warning("discount_code_invalid", f"Code '{raw}' is not valid.", path=path))

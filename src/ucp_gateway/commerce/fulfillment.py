@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .catalog import Catalog, Promotion, ShippingRate
-from .messages import error, info
+from .messages import error, info, warning
 
 __all__ = [
     "FulfillmentResult",
@@ -50,16 +50,10 @@ def free_shipping_applies(promo: Promotion, item_ids: list[str], items_subtotal:
         return False
     if promo.min_subtotal is not None and items_subtotal >= promo.min_subtotal:
         return True
-    return (
-        bool(promo.eligible_item_ids)
-        and bool(item_ids)
-        and all(i in promo.eligible_item_ids for i in item_ids)
-    )
+    return bool(promo.eligible_item_ids) and bool(item_ids) and all(i in promo.eligible_item_ids for i in item_ids)
 
 
-def shipping_options(
-    rates: tuple[ShippingRate, ...], country: str | None, *, free: bool
-) -> list[dict[str, Any]]:
+def shipping_options(rates: tuple[ShippingRate, ...], country: str | None, *, free: bool) -> list[dict[str, Any]]:
     """Options for a destination ``country`` (ISO alpha-2): the country's rate per service level,
     else the ``default`` rate. ``free`` zeroes the standard option. Titles are distinct."""
     chosen: dict[str, ShippingRate] = {}
@@ -145,9 +139,9 @@ def build_fulfillment(
         mid = m.get("id") or f"method_{mi + 1}"
         m_lines = [x for x in (m.get("line_item_ids") or line_ids) if x in product_of] or line_ids
         for x in m.get("line_item_ids") or []:
-            if x not in product_of:
+            if x not in product_of:  # ignored (the method then covers the known ids, or every item)
                 messages.append(
-                    error("invalid", f"Unknown line item id '{x}'.", path=f"{base}.line_item_ids")
+                    warning("invalid", f"Unknown line item id '{x}' ignored.", path=f"{base}.line_item_ids")
                 )
         covered.update(m_lines)
         out: dict[str, Any] = {"id": mid, "type": mtype, "line_item_ids": m_lines}
@@ -165,9 +159,7 @@ def build_fulfillment(
         by_id = {d["id"]: d for d in dests}
         sel = m.get("selected_destination_id")
         if sel and sel not in by_id:
-            messages.append(
-                error("invalid", f"Unknown destination '{sel}'.", path=f"{base}.selected_destination_id")
-            )
+            messages.append(error("invalid", f"Unknown destination '{sel}'.", path=f"{base}.selected_destination_id"))
             sel = None
         if sel:
             out["selected_destination_id"] = sel
@@ -221,6 +213,4 @@ def build_fulfillment(
             error("missing", "Select a destination and a fulfillment option.", path="$.fulfillment.methods")
         )
     result = {"methods": methods_out, "available_methods": available_methods(line_ids, catalog)}
-    return FulfillmentResult(
-        result, cost if methods_out and ready else None, messages, ready and bool(line_ids)
-    )
+    return FulfillmentResult(result, cost if methods_out and ready else None, messages, ready and bool(line_ids))

@@ -85,9 +85,7 @@ async def run_idempotent(
     (``op``'s writes are rolled back to a savepoint first); other exceptions propagate unstored.
     """
     try:
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{company_id}|{caller}|{key}"
-        )
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{company_id}|{caller}|{key}")
         rec = await conn.fetchrow(
             "SELECT fingerprint, status_code, content_type, body, expires_at FROM commerce_idempotency"
             " WHERE caller = $1 AND key = $2",

@@ -18,9 +18,7 @@ __all__ = [
     "warning",
 ]
 
-SEVERITIES: Final = frozenset(
-    {"recoverable", "requires_buyer_input", "requires_buyer_review", "unrecoverable"}
-)
+SEVERITIES: Final = frozenset({"recoverable", "requires_buyer_input", "requires_buyer_review", "unrecoverable"})
 DISCOUNT_REJECTION_CODES: Final = frozenset(
     {
         "discount_code_expired",
@@ -33,9 +31,7 @@ DISCOUNT_REJECTION_CODES: Final = frozenset(
 )
 
 
-def error(
-    code: str, content: str, *, severity: str = "recoverable", path: str | None = None
-) -> dict[str, Any]:
+def error(code: str, content: str, *, severity: str = "recoverable", path: str | None = None) -> dict[str, Any]:
     """An error message. Raises ValueError on an unknown severity."""
     if severity not in SEVERITIES:
         raise ValueError(f"unknown severity {severity!r}")
@@ -45,9 +41,7 @@ def error(
     return msg
 
 
-def warning(
-    code: str, content: str, *, path: str | None = None, presentation: str | None = None
-) -> dict[str, Any]:
+def warning(code: str, content: str, *, path: str | None = None, presentation: str | None = None) -> dict[str, Any]:
     """A warning message (the platform must display it)."""
     msg: dict[str, Any] = {"type": "warning", "code": code, "content": content}
     if path:

@@ -15,22 +15,16 @@ from .checkout import rfc3339
 __all__ = ["order_snapshot", "render_order", "shipped_event"]
 
 
-def order_snapshot(
-    checkout: dict[str, Any], *, order_id: str, label: str, permalink_url: str
-) -> dict[str, Any]:
+def order_snapshot(checkout: dict[str, Any], *, order_id: str, label: str, permalink_url: str) -> dict[str, Any]:
     """Freeze what the order keeps from the completed ``checkout`` body."""
     expectations = []
     for i, m in enumerate((checkout.get("fulfillment") or {}).get("methods") or []):
-        dest = next(
-            (d for d in m.get("destinations") or [] if d.get("id") == m.get("selected_destination_id")), {}
-        )
+        dest = next((d for d in m.get("destinations") or [] if d.get("id") == m.get("selected_destination_id")), {})
         if m.get("type") == "pickup":
             dest = dict(dest.get("address") or {})
         dest = {k: v for k, v in dest.items() if k != "id"}
         group = (m.get("groups") or [{}])[0]
-        option = next(
-            (o for o in group.get("options") or [] if o["id"] == group.get("selected_option_id")), None
-        )
+        option = next((o for o in group.get("options") or [] if o["id"] == group.get("selected_option_id")), None)
         qty = {li["id"]: li["quantity"] for li in checkout["line_items"]}
         exp: dict[str, Any] = {
             "id": f"exp_{i + 1}",

@@ -24,9 +24,7 @@ class ChargeResult:
     reason: str = ""
 
 
-async def demo_charge(
-    conn: asyncpg.Connection, *, handler_id: str, token: str | None, amount: int
-) -> ChargeResult:
+async def demo_charge(conn: asyncpg.Connection, *, handler_id: str, token: str | None, amount: int) -> ChargeResult:
     """Authorise ``amount`` (minor units) against a demo instrument token.
 
     A token matching a demo instrument of ``handler_id`` whose token is ``success_token`` is approved;
@@ -34,9 +32,7 @@ async def demo_charge(
     """
     if not token:
         return ChargeResult(False, "demo:none", "no credential token")
-    rows = await conn.fetch(
-        "SELECT id, token FROM payment_instruments WHERE handler_id = $1 ORDER BY id", handler_id
-    )
+    rows = await conn.fetch("SELECT id, token FROM payment_instruments WHERE handler_id = $1 ORDER BY id", handler_id)
     match = None
     for r in rows:
         if hmac.compare_digest(r["token"].encode(), token.encode()) and match is None:

@@ -38,37 +38,39 @@ async def load_catalog(
 ) -> Catalog:
     """Read what pricing needs: the requested products with stock, rates, promotions, codes and the
     saved addresses of the buyer when ``buyer_email`` belongs to a known customer."""
-    prows = await conn.fetch(
-        "SELECT p.id, p.title, p.price, p.currency, p.image_url, coalesce(i.quantity, 0) AS stock"
-        " FROM products p LEFT JOIN inventory i ON i.company_id = p.company_id AND i.product_id = p.id"
-        " WHERE p.id = ANY($1::text[])",
+    # one round trip: products with stock, rates, promotions, codes and (known buyer) saved addresses
+    row = await conn.fetchrow(
+        "SELECT"
+        " (SELECT coalesce(json_agg(json_build_object('id', p.id, 'title', p.title, 'price', p.price,"
+        "   'currency', p.currency, 'image_url', p.image_url, 'stock', coalesce(i.quantity, 0))), '[]')"
+        "   FROM products p LEFT JOIN inventory i ON i.company_id = p.company_id AND i.product_id = p.id"
+        "   WHERE p.id = ANY($1::text[])) AS products,"
+        " (SELECT coalesce(json_agg(json_build_object('id', id, 'country_code', country_code,"
+        "   'service_level', service_level, 'price', price, 'title', title, 'currency', currency) ORDER BY id), '[]')"
+        "   FROM shipping_rates) AS rates,"
+        " (SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'min_subtotal', min_subtotal,"
+        "   'eligible_item_ids', eligible_item_ids, 'description', description) ORDER BY id), '[]')"
+        "   FROM promotions) AS promos,"
+        " (SELECT coalesce(json_agg(json_build_object('code', code, 'type', type, 'value', value,"
+        "   'description', description, 'currency', currency)), '[]') FROM discounts) AS codes,"
+        " (SELECT coalesce(json_agg(json_build_object('id', a.id, 'street_address', a.street_address,"
+        "   'city', a.city, 'state', a.state, 'postal_code', a.postal_code, 'country', a.country) ORDER BY a.id), '[]')"
+        "   FROM addresses a JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
+        "   WHERE $2::text IS NOT NULL AND lower(c.email) = lower($2)) AS addresses",
         list(set(product_ids)),
+        buyer_email,
     )
-    rates = await conn.fetch(
-        "SELECT id, country_code, service_level, price, title, currency FROM shipping_rates ORDER BY id"
-    )
-    promos = await conn.fetch(
-        "SELECT id, type, min_subtotal, eligible_item_ids, description FROM promotions ORDER BY id"
-    )
-    codes = await conn.fetch("SELECT code, type, value, description, currency FROM discounts")
-    addresses: tuple[Address, ...] = ()
-    if buyer_email:
-        arows = await conn.fetch(
-            "SELECT a.id, a.street_address, a.city, a.state, a.postal_code, a.country FROM addresses a"
-            " JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
-            " WHERE lower(c.email) = lower($1) ORDER BY a.id",
-            buyer_email,
-        )
-        addresses = tuple(Address(**dict(r)) for r in arows)
+    prows, rates, promos, codes = row["products"], row["rates"], row["promos"], row["codes"]
+    addresses = tuple(Address(**r) for r in row["addresses"])
     return Catalog(
         currency=currency,
-        products={r["id"]: Product(**dict(r)) for r in prows},
-        rates=tuple(ShippingRate(**dict(r)) for r in rates if r["currency"] == currency),
+        products={r["id"]: Product(**{**r, "currency": r["currency"].strip()}) for r in prows},
+        rates=tuple(ShippingRate(**r) for r in rates if r["currency"].strip() == currency),
         promotions=tuple(
             Promotion(r["id"], r["type"], r["min_subtotal"], tuple(r["eligible_item_ids"]), r["description"])
             for r in promos
         ),
-        discounts={r["code"]: DiscountRule(**dict(r)) for r in codes},
+        discounts={r["code"]: DiscountRule(**{**r, "currency": (r["currency"] or "").strip() or None}) for r in codes},
         saved_addresses=addresses,
         pickup_locations=pickup_locations,
     )
@@ -132,8 +134,7 @@ async def reserve_inventory(conn: asyncpg.Connection, items: list[tuple[str, int
     short: list[str] = []
     for pid in sorted(merged):
         done = await conn.fetchval(
-            "UPDATE inventory SET quantity = quantity - $2 WHERE product_id = $1"
-            " AND quantity >= $2 RETURNING 1",
+            "UPDATE inventory SET quantity = quantity - $2 WHERE product_id = $1 AND quantity >= $2 RETURNING 1",
             pid,
             merged[pid],
         )
@@ -176,13 +177,10 @@ async def insert_order(conn: asyncpg.Connection, company_id: uuid.UUID, o: dict[
     )
 
 
-async def insert_event(
-    conn: asyncpg.Connection, company_id: uuid.UUID, order_id: str, ev: dict[str, Any]
-) -> None:
+async def insert_event(conn: asyncpg.Connection, company_id: uuid.UUID, order_id: str, ev: dict[str, Any]) -> None:
     detail = {k: v for k, v in ev.items() if k not in ("id", "type", "occurred_at")}
     await conn.execute(
-        "INSERT INTO order_events (company_id, order_id, id, type, occurred_at,"
-        " detail) VALUES ($1,$2,$3,$4,$5,$6)",
+        "INSERT INTO order_events (company_id, order_id, id, type, occurred_at, detail) VALUES ($1,$2,$3,$4,$5,$6)",
         company_id,
         order_id,
         ev["id"],

@@ -138,9 +138,7 @@ async def _load(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, *, loc
                 return row
         body = dict(row["body"], status=transition(row["status"], "expire"))
         body.pop("continue_url", None)
-        await repo.update_checkout(
-            conn, cid, status=body["status"], state=row["state"], body=body, now=ctx.now
-        )
+        await repo.update_checkout(conn, cid, status=body["status"], state=row["state"], body=body, now=ctx.now)
         row = await repo.get_checkout(conn, cid)
     return row
 
@@ -237,14 +235,9 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
             short = await repo.reserve_inventory(conn, priced.reservable)
             if short:
                 raise _Abort(
-                    [
-                        error("out_of_stock", f"Insufficient stock for '{p}'.", path="$.line_items")
-                        for p in short
-                    ]
+                    [error("out_of_stock", f"Insufficient stock for '{p}'.", path="$.line_items") for p in short]
                 )
-            charge = await demo_charge(
-                conn, handler_id=instrument["handler_id"], token=token, amount=priced.total
-            )
+            charge = await demo_charge(conn, handler_id=instrument["handler_id"], token=token, amount=priced.total)
             if not charge.approved:
                 raise _Abort(
                     [
@@ -281,9 +274,7 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
     status = transition(status, "complete_succeeded")
     body = _render(ctx, cid, state, priced, status, row["expires_at"], order=order_ref)
     snapshot = order_snapshot(body, order_id=order_id, label=order_ref["label"], permalink_url=permalink)
-    await repo.update_checkout(
-        conn, cid, status=status, state=state, body=body, now=ctx.now, order_id=order_id
-    )
+    await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now, order_id=order_id)
     await repo.insert_order(
         conn,
         ctx.company_id,

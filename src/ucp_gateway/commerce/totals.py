@@ -21,9 +21,7 @@ def line_totals(unit_price: int, quantity: int) -> list[dict[str, Any]]:
     return [{"type": "subtotal", "amount": amount}, {"type": "total", "amount": amount}]
 
 
-def checkout_totals(
-    *, subtotal: int, discount: int = 0, fulfillment: int | None = None
-) -> list[dict[str, Any]]:
+def checkout_totals(*, subtotal: int, discount: int = 0, fulfillment: int | None = None) -> list[dict[str, Any]]:
     """The checkout's ``totals[]`` in display order.
 
     Args:

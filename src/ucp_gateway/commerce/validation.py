@@ -56,20 +56,14 @@ def _dump(m: BaseModel | None) -> dict[str, Any] | None:
 
 def _clean_instrument(instr: dict[str, Any]) -> dict[str, Any]:
     return {
-        k: v
-        for k, v in instr.items()
-        if k in ("id", "handler_id", "type", "display", "billing_address", "selected")
+        k: v for k, v in instr.items() if k in ("id", "handler_id", "type", "display", "billing_address", "selected")
     }
 
 
 def _clean_fulfillment(f: dict[str, Any]) -> dict[str, Any]:
     methods = []
     for m in f.get("methods") or []:
-        out = {
-            k: m[k]
-            for k in ("id", "type", "line_item_ids", "selected_destination_id")
-            if m.get(k) is not None
-        }
+        out = {k: m[k] for k in ("id", "type", "line_item_ids", "selected_destination_id") if m.get(k) is not None}
         if m.get("destinations") is not None:
             out["destinations"] = m["destinations"]
         if m.get("groups") is not None:
@@ -112,9 +106,7 @@ def parse_state(data: dict[str, Any], *, update: bool) -> dict[str, Any]:
         d = _validate(DiscountsObject, data["discounts"], "$.discounts")
         state["discounts"] = {"codes": list(d.codes or [])}  # type: ignore[attr-defined]
     if req.payment is not None and req.payment.instruments:  # type: ignore[attr-defined]
-        state["payment"] = {
-            "instruments": [_clean_instrument(_dump(i) or {}) for i in req.payment.instruments]
-        }  # type: ignore[attr-defined]
+        state["payment"] = {"instruments": [_clean_instrument(_dump(i) or {}) for i in req.payment.instruments]}  # type: ignore[attr-defined]
     return state
 
 

@@ -17,8 +17,8 @@ rate limit -> one tenant transaction (with the idempotency record for POST/PUT c
 
 from __future__ import annotations
 
+import hashlib
 import hmac
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import asyncpg
@@ -30,8 +30,15 @@ from ..errors import BadRequest, Forbidden, GatewayError
 from . import service
 from .context import RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
 from .idempotency import JSON, Stored, fingerprint, run_idempotent, serialize
-from .service import CommerceContext, Outcome
-from .validation import parse_json
+from .service import CommerceContext
+from .verbs import CURRENT, VERB_OPS, envelope_body, envelope_error
+
+try:  # the verb runtime (issue 5); absent in a build without it
+    from ..verbs.decide import Call
+    from ..verbs.policy import BUYER_ROLE, Principal
+    from ..verbs.web import VERBS as VERBS_KEY
+except ImportError:  # pragma: no cover
+    VERBS_KEY = None  # type: ignore[assignment]
 
 __all__ = ["COMMERCE_LIMITER", "REST_PREFIX", "SIMULATE_PATH", "setup"]
 
@@ -39,13 +46,9 @@ REST_PREFIX = "/ucp/v1"  # = discovery.builder.REST_PATH (the advertised rest en
 SIMULATE_PATH = "/testing/simulate-shipping/{order_id}"
 COMMERCE_LIMITER = web.AppKey("ucpgw.commerce_limiter", RateLimiter)
 
-Op = Callable[[asyncpg.Connection, CommerceContext, bytes], Awaitable[Outcome]]
-
 
 def _response(stored: Stored) -> web.Response:
-    resp = web.Response(
-        status=stored.status, body=stored.body, content_type=stored.content_type.split(";")[0]
-    )
+    resp = web.Response(status=stored.status, body=stored.body, content_type=stored.content_type.split(";")[0])
     if stored.replayed:
         resp.headers["Idempotent-Replayed"] = "true"
     return resp
@@ -60,18 +63,18 @@ def _error(exc: GatewayError) -> web.Response:
     return resp
 
 
-async def _dispatch(
-    request: web.Request, op: Op, *, operation: str, require_key: bool = False
-) -> web.Response:
+async def _dispatch(request: web.Request, verb: str, *, operation: str, require_key: bool = False) -> web.Response:
+    """Run one UCP operation: through the verb runtime (audited, idempotent per verb) when it is set
+    up, else directly with this module's own idempotency record (``commerce_via_verbs=false``)."""
+    app = request.app
+    settings = app[SETTINGS]
     try:
         company = await company_of(request)
         neg = await negotiate(request, company, operation)
         caller = caller_of(request, neg)
-        wait = request.app[COMMERCE_LIMITER].take((company.id, caller))
+        wait = app[COMMERCE_LIMITER].take((company.id, caller))
         if wait:
-            raise RateLimited(
-                "too many requests from this agent", details={"retry_after": max(1, round(wait))}
-            )
+            raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
         ctx = build_context(request, company, caller, neg)
         raw = request.get(REQ_RAW_BODY)
         if raw is None:
@@ -79,74 +82,105 @@ async def _dispatch(
         key = request.headers.get("Idempotency-Key")
         if require_key and not key:
             raise BadRequest("Idempotency-Key header is required for this operation")
-        if key is not None and not (1 <= len(key) <= 255):
-            raise BadRequest("Idempotency-Key must be 1-255 characters")
-
-        async def run(conn: asyncpg.Connection) -> Stored:
-            out = await op(conn, ctx, raw)
-            return Stored(out.status, JSON, serialize(out.body))
-
-        settings = request.app[SETTINGS]
-        async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
-            if key and request.method in ("POST", "PUT"):
-                stored = await run_idempotent(
-                    conn,
-                    company_id=company.id,
-                    caller=caller,
-                    key=key,
-                    fp=fingerprint(request.method, request.path, caller, raw),
-                    now=ctx.now,
-                    ttl=timedelta(seconds=settings.commerce_idempotency_ttl),
-                    op=lambda: run(conn),
-                )
-            else:
-                stored = await run(conn)
-        return _response(stored)
+        if key is not None and not (1 <= len(key) <= 128 and key.isprintable()):
+            raise BadRequest("Idempotency-Key must be 1-128 printable characters")
+        try:
+            text = _decoded(request, raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequest("body is not UTF-8 JSON") from None
+        # the verb digest covers method, path, the decoded body and the raw bytes' hash (UCP:
+        # fingerprint over the raw body); the caller is the principal's idempotency scope
+        args = {
+            "method": request.method,
+            "path": request.path,
+            "body_text": text,
+            "raw_sha256": hashlib.sha256(raw).hexdigest(),
+        }
+        if "id" in request.match_info:
+            args["id"] = request.match_info["id"]
+        runtime = app.get(VERBS_KEY) if VERBS_KEY is not None else None
+        if settings.commerce_via_verbs and runtime is not None and runtime.dispatcher is not None:
+            return await _via_verbs(runtime.dispatcher, company, caller, ctx, verb, args, key)
+        return await _direct(request, company, caller, ctx, verb, args, key, raw)
     except GatewayError as exc:
         return _error(exc)
 
 
-def _cid(request: web.Request) -> str:
-    return request.match_info["id"]
+async def _via_verbs(dispatcher, company, caller: str, ctx: CommerceContext, verb: str, args, key) -> web.Response:
+    principal = Principal("buyer", company.id, BUYER_ROLE, caller, "ucp")
+    token = CURRENT.set(ctx)
+    try:
+        env = await dispatcher.dispatch(principal, Call(verb, args, idempotency_key=key), company=company)
+    finally:
+        CURRENT.reset(token)
+    ok = envelope_body(env)
+    status, body = ok if ok is not None else envelope_error(env)
+    resp = web.Response(status=status, body=body, content_type=JSON)
+    if env.get("replayed"):
+        resp.headers["Idempotent-Replayed"] = "true"
+    if status == 503:
+        resp.headers["Retry-After"] = "1"
+    return resp
+
+
+async def _direct(request, company, caller, ctx, verb, args, key, raw) -> web.Response:
+    op = VERB_OPS[verb][1]
+
+    async def run(conn: asyncpg.Connection) -> Stored:
+        out = await op(conn, ctx, args)
+        return Stored(out.status, JSON, serialize(out.body))
+
+    settings = request.app[SETTINGS]
+    async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
+        if key and request.method in ("POST", "PUT"):
+            stored = await run_idempotent(
+                conn,
+                company_id=company.id,
+                caller=caller,
+                key=key,
+                fp=fingerprint(request.method, request.path, caller, raw),
+                now=ctx.now,
+                ttl=timedelta(seconds=settings.commerce_idempotency_ttl),
+                op=lambda: run(conn),
+            )
+        else:
+            stored = await run(conn)
+    return _response(stored)
 
 
 async def create_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(
-        request, lambda c, ctx, raw: service.create(c, ctx, parse_json(raw)), operation="checkout"
-    )
+    return await _dispatch(request, "checkout.create", operation="checkout")
 
 
 async def get_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(
-        request, lambda c, ctx, raw: service.get(c, ctx, _cid(request)), operation="checkout"
-    )
+    return await _dispatch(request, "checkout.get", operation="checkout")
 
 
 async def update_checkout(request: web.Request) -> web.Response:
-    def op(c, ctx, raw):
-        return service.update(c, ctx, _cid(request), parse_json(raw))
-
-    return await _dispatch(request, op, operation="checkout")
+    return await _dispatch(request, "checkout.update", operation="checkout")
 
 
 async def complete_checkout(request: web.Request) -> web.Response:
-    def op(c, ctx, raw):
-        return service.complete(c, ctx, _cid(request), parse_json(raw))
-
     _sign_response(request)
-    return await _dispatch(request, op, operation="checkout", require_key=True)
+    return await _dispatch(request, "checkout.complete", operation="checkout", require_key=True)
 
 
 async def cancel_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(
-        request, lambda c, ctx, raw: service.cancel(c, ctx, _cid(request)), operation="checkout"
-    )
+    return await _dispatch(request, "checkout.cancel", operation="checkout")
 
 
 async def get_order(request: web.Request) -> web.Response:
-    return await _dispatch(
-        request, lambda c, ctx, raw: service.get_order(c, ctx, _cid(request)), operation="order"
-    )
+    return await _dispatch(request, "orders.get", operation="order")
+
+
+def _decoded(request: web.Request, raw: bytes) -> bytes:
+    """The body with its Content-Encoding undone (request decompression is off app-wide so that
+    Content-Digest covers the bytes as sent); the signatures package does the decoding."""
+    if request.headers.get("Content-Encoding", "identity").strip().lower() in ("", "identity"):
+        return raw
+    from ..httpsig.web import decoded_body
+
+    return decoded_body(request)
 
 
 def _sign_response(request: web.Request) -> None:
@@ -192,3 +226,7 @@ def setup(app: web.Application) -> None:
         app.router.add_post(SIMULATE_PATH, simulate_shipping)
     if settings.webhook_worker:
         app.cleanup_ctx.append(webhook_worker_ctx)
+    if VERBS_KEY is not None and VERBS_KEY in app:  # verbs_setup runs before this in COMPONENTS
+        from .verbs import provide
+
+        provide(app[VERBS_KEY].registry)

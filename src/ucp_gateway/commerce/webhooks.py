@@ -72,7 +72,10 @@ def backoff(attempt: int, base: float, cap: float) -> float:
 def webhook_url_from_profile(profile: dict[str, Any]) -> str | None:
     """``capabilities["dev.ucp.shopping.order"][].config.webhook_url`` of a platform profile."""
     caps = (profile.get("ucp") or profile).get("capabilities") or {}
-    entries = caps.get("dev.ucp.shopping.order") or []
+    if isinstance(caps, list):  # the 2026-01 profile form: a list of {name, version, config}
+        entries = [c for c in caps if isinstance(c, dict) and c.get("name") == "dev.ucp.shopping.order"]
+    else:
+        entries = caps.get("dev.ucp.shopping.order") or []
     if isinstance(entries, dict):
         entries = [entries]
     for e in entries:
@@ -151,9 +154,7 @@ class WebhookWorker:
                 )
             else:
                 nxt = now + timedelta(
-                    seconds=backoff(
-                        attempts, self.settings.webhook_backoff_base, self.settings.webhook_backoff_max
-                    )
+                    seconds=backoff(attempts, self.settings.webhook_backoff_base, self.settings.webhook_backoff_max)
                 )
                 await conn.execute(
                     "UPDATE webhook_outbox SET attempts = $2, next_attempt_at = $3, target_url = $4,"

@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 
+from ..commerce.demo import commerce_demo_seeder
 from ..config import Settings
 from ..db import Database, tenant_tx
 from ..db.database import owner_connect
@@ -34,6 +35,7 @@ DEMO_CURRENCY = "USD"
 # async def seeder(db, company, settings) -> None; must be idempotent like the catalogue seed.
 DEMO_SEEDERS: list[Callable[[Database, Company, Settings], Awaitable[None]]] = [
     verbs_demo_seeder,  # CRM contacts, back-office orders, a macro (verb runtime demo)
+    commerce_demo_seeder,  # conformance_mode only: the suite's unsigned requests (development)
 ]
 
 

@@ -1,0 +1,333 @@
+"""Checkout-flow benchmark: signed create -> update -> complete flows at 32 concurrent buyer agents.
+
+Two runs against a real gateway process (its own event loop) on the embedded PostgreSQL:
+
+  signed: RFC 9421 verification on every request, signed complete responses, every call an audited
+          verb dispatch (the production path);
+  plain:  no signature middleware, unsigned requests, ``commerce_via_verbs=false`` (no audit rows).
+
+Each buyer agent has its own EC P-256 key and platform profile (served by this process on
+127.0.0.1) and loops: create (1 item) -> update (shipping destination + option, code 10OFF) ->
+complete (demo payment token). Printed: flows/s, per-request p50/p99 (ms), and the cost of signatures
++ audit as the throughput lost. Targets on the 2-core reference machine: >= 100 signed flows/s,
+p99 < 50 ms, cost <= 30 %. The webhook worker is off in both runs (delivery is asynchronous).
+
+Usage: python bench/checkout_flow.py [--buyers 32] [--seconds 10] [--warmup 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+V = "2026-04-08"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _b64u(n: int) -> str:
+    return base64.urlsafe_b64encode(n.to_bytes(32, "big")).rstrip(b"=").decode()
+
+
+class Buyer:
+    """One buyer agent: key, profile URL, and a minimal RFC 9421 signer (base per §2.5)."""
+
+    def __init__(self, i: int, base: str):
+        self.kid = f"buyer-{i}"
+        self.priv = ec.generate_private_key(ec.SECP256R1())
+        n = self.priv.public_key().public_numbers()
+        self.jwk = {"kty": "EC", "crv": "P-256", "x": _b64u(n.x), "y": _b64u(n.y), "kid": self.kid}
+        self.profile = f"{base}/profile/{i}.json"
+
+    def headers(self, method: str, authority: str, path: str, body: bytes, key: str | None, sign: bool) -> dict:
+        h = {"UCP-Agent": f'profile="{self.profile}"'}
+        if body:
+            h["Content-Type"] = "application/json"
+        if key:
+            h["Idempotency-Key"] = key
+        if not sign:
+            return h
+        comps = [("@method", method), ("@authority", authority), ("@path", path)]
+        if body:
+            h["Content-Digest"] = "sha-256=:" + base64.b64encode(hashlib.sha256(body).digest()).decode() + ":"
+            comps += [("content-digest", h["Content-Digest"]), ("content-type", h["Content-Type"])]
+        comps.append(("ucp-agent", h["UCP-Agent"]))
+        if key:
+            comps.append(("idempotency-key", key))
+        params = "(" + " ".join(f'"{c}"' for c, _ in comps) + f');created={int(time.time())};keyid="{self.kid}"'
+        base = "".join(f'"{c}": {v}\n' for c, v in comps) + f'"@signature-params": {params}'
+        r, s = decode_dss_signature(self.priv.sign(base.encode(), ec.ECDSA(hashes.SHA256())))
+        h["Signature-Input"] = f"sig1={params}"
+        h["Signature"] = "sig1=:" + base64.b64encode(r.to_bytes(32, "big") + s.to_bytes(32, "big")).decode() + ":"
+        return h
+
+
+def _profile(buyer: Buyer, base: str) -> dict:
+    def cap(n, extends=None):
+        e = {
+            "version": V,
+            "spec": f"https://ucp.dev/{V}/specification/{n}",
+            "schema": f"https://ucp.dev/{V}/schemas/shopping/{n}.json",
+        }
+        if extends:
+            e["extends"] = "dev.ucp.shopping.checkout"
+        return e
+
+    caps = {"dev.ucp.shopping.checkout": [cap("checkout")]}
+    for n in ("fulfillment", "discount", "buyer_consent"):
+        caps[f"dev.ucp.shopping.{n}"] = [cap(n, True)]
+    caps["dev.ucp.shopping.order"] = [{**cap("order"), "config": {"webhook_url": base + "/webhooks"}}]
+    return {
+        "ucp": {"version": V, "services": {}, "capabilities": caps, "payment_handlers": {}},
+        "signing_keys": [buyer.jwk],
+    }
+
+
+async def _platform(buyers: list[Buyer], port: int) -> web.AppRunner:
+    base = f"http://127.0.0.1:{port}"
+    docs = {str(i): json.dumps(_profile(b, base)).encode() for i, b in enumerate(buyers)}
+
+    async def profile(request):
+        return web.Response(
+            body=docs[request.match_info["i"]],
+            content_type="application/json",
+            headers={"Cache-Control": "public, max-age=3600"},
+        )
+
+    async def hook(request):
+        return web.json_response({"ucp": {"version": V, "status": "success"}})
+
+    app = web.Application()
+    app.router.add_get("/profile/{i}.json", profile)
+    app.router.add_post("/webhooks", hook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+async def _flow(s: aiohttp.ClientSession, b: Buyer, base: str, authority: str, sign: bool, lat: list) -> bool:
+    async def call(method, path, body=None, key=None):
+        raw = json.dumps(body).encode() if body is not None else b""
+        h = b.headers(method, authority, path, raw, key, sign)
+        t0 = time.perf_counter()
+        async with s.request(method, base + path, data=raw or None, headers=h) as r:
+            data = await r.read()
+        lat.append(time.perf_counter() - t0)
+        if r.status >= 300:
+            raise RuntimeError(f"{method} {path} -> {r.status} {data[:200]!r}")
+        return json.loads(data)
+
+    items = [{"item": {"id": "pot_ceramic"}, "quantity": 1}]
+    co = await call("POST", "/ucp/v1/checkout-sessions", {"line_items": items}, str(uuid.uuid4()))
+    upd = {
+        "line_items": items,
+        "discounts": {"codes": ["10OFF"]},
+        "fulfillment": {
+            "methods": [
+                {
+                    "type": "shipping",
+                    "destinations": [
+                        {"id": "d", "street_address": "1 Elm St", "address_country": "US", "postal_code": "62704"}
+                    ],
+                    "selected_destination_id": "d",
+                    "groups": [{"selected_option_id": "std-ship"}],
+                }
+            ]
+        },
+    }
+    co = await call("PUT", f"/ucp/v1/checkout-sessions/{co['id']}", upd, str(uuid.uuid4()))
+    pay = {
+        "payment": {
+            "instruments": [
+                {
+                    "id": "instr_1",
+                    "handler_id": "mock_payment_handler",
+                    "type": "card",
+                    "credential": {"type": "token", "token": "success_token"},
+                }
+            ]
+        }
+    }
+    done = await call("POST", f"/ucp/v1/checkout-sessions/{co['id']}/complete", pay, str(uuid.uuid4()))
+    return done.get("status") == "completed"
+
+
+async def _load(port: int, buyers: list[Buyer], sign: bool, seconds: float, warmup: float) -> dict:
+    base, authority = f"http://127.0.0.1:{port}", f"127.0.0.1:{port}"
+    lat: list[float] = []
+    flows = errors = 0
+    measuring = False
+    stop = time.perf_counter() + warmup + seconds
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as s:
+
+        async def worker(b: Buyer):
+            nonlocal flows, errors
+            while time.perf_counter() < stop:
+                mine: list[float] = []
+                try:
+                    ok = await _flow(s, b, base, authority, sign, mine)
+                except Exception as exc:
+                    errors += 1
+                    if errors < 4:
+                        print("  error:", str(exc)[:300], file=sys.stderr)
+                    continue
+                if measuring and time.perf_counter() < stop:
+                    flows += ok
+                    lat.extend(mine)
+
+        tasks = [asyncio.create_task(worker(b)) for b in buyers]
+        await asyncio.sleep(warmup)
+        measuring = True
+        await asyncio.gather(*tasks)
+    lat.sort()
+    return {
+        "flows_s": flows / seconds,
+        "p50_ms": 1000 * statistics.median(lat) if lat else float("nan"),
+        "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else float("nan"),
+        "requests": len(lat),
+        "errors": errors,
+    }
+
+
+def _child(mode: str, port: int) -> None:
+    """Run the gateway in this process (``--child``)."""
+    import ucp_gateway.app as gateway_app
+    from ucp_gateway.app import create_app
+    from ucp_gateway.config import Settings
+
+    settings = Settings()
+    if mode == "plain":  # no signature middleware (the production app always has it)
+        gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
+    app = create_app(settings)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+async def _prepare(dsn: str, ring: str, env: dict) -> None:
+    from ucp_gateway.config import Settings
+    from ucp_gateway.db import tenant_tx
+    from ucp_gateway.db.database import connect_database
+    from ucp_gateway.demo.seed import seed_demo
+    from ucp_gateway.keys import KekRing, Vault, attach_vault, ensure_active_key
+
+    settings = Settings(database_url=dsn, environment="development")
+    db = await connect_database(settings)
+    try:
+        company = (await seed_demo(db, settings)).company
+        async with tenant_tx(db.pool, company.id) as conn:
+            await conn.execute("UPDATE inventory SET quantity = 1000000000")
+        vault = Vault(KekRing.parse(ring))
+        attach_vault(db.pool, vault)
+        from datetime import UTC, datetime
+
+        await ensure_active_key(db.pool, company.id, now=datetime.now(UTC), vault=vault)
+    finally:
+        await db.close()
+
+
+def _spawn(mode: str, port: int, env: dict) -> subprocess.Popen:
+    e = dict(env)
+    if mode == "plain":
+        e["UCPGW_COMMERCE_VIA_VERBS"] = "false"
+    cmd = [sys.executable, __file__, "--child", mode, "--port", str(port)]
+    if os.environ.get("BENCH_PROFILE") == mode:  # development aid: profile the gateway process
+        cmd = [sys.executable, "/tmp/prof_child.py", __file__, mode, str(port)]
+    proc = subprocess.Popen(cmd, env=e)
+    for _ in range(300):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("gateway did not start")
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--buyers", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=3.0)
+    args = ap.parse_args()
+    from ucp_gateway.db.embedded import start_embedded, stop_embedded
+
+    tmp = Path(tempfile.mkdtemp(prefix="ucpgw-bench-"))
+    server, dsn = await start_embedded(tmp / "pg")
+    ring = "k1:" + base64.b64encode(os.urandom(32)).decode()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UCPGW_") and k != "DATABASE_URL"}
+    env.update(
+        UCPGW_DATABASE_URL=dsn,
+        UCPGW_ENVIRONMENT="development",
+        UCPGW_PUBLIC_SCHEME="http",
+        UCPGW_KEK_RING=ring,
+        UCPGW_DEV_PROFILE_HOSTS='["127.0.0.1"]',
+        UCPGW_WEBHOOK_WORKER="false",
+        UCPGW_LOG_LEVEL="error",
+        UCPGW_BUYER_RATE_LIMIT="100000",
+        UCPGW_DB_POOL_MAX="20",
+        UCPGW_KEYS_DIR=str(tmp / "keys"),
+        UCPGW_DATA_DIR=str(tmp / "data"),
+    )
+    try:
+        await _prepare(dsn, ring, env)
+        pport = _free_port()
+        buyers = [Buyer(i, f"http://127.0.0.1:{pport}") for i in range(args.buyers)]
+        platform = await _platform(buyers, pport)
+        results = {}
+        for mode in ("signed", "plain"):
+            port = _free_port()
+            proc = _spawn(mode, port, env)
+            try:
+                results[mode] = await _load(port, buyers, mode == "signed", args.seconds, args.warmup)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+        await platform.cleanup()
+    finally:
+        await stop_embedded(server)
+    print(f"checkout flows (create -> update -> complete), {args.buyers} concurrent buyer agents, {args.seconds:.0f} s")
+    for mode, label in (("signed", "signed + audited"), ("plain", "no signatures, no audit")):
+        r = results[mode]
+        print(
+            f"  {label:26s} {r['flows_s']:7.1f} flows/s   p50 {r['p50_ms']:6.1f} ms   p99 {r['p99_ms']:6.1f} ms"
+            f"   ({r['requests']} requests, {r['errors']} errors)"
+        )
+    cost = (
+        1 - results["signed"]["flows_s"] / results["plain"]["flows_s"] if results["plain"]["flows_s"] else float("nan")
+    )
+    print(f"  cost of signatures + audit: {100 * cost:.1f} % of throughput")
+
+
+if __name__ == "__main__":
+    if "--child" in sys.argv:
+        p = argparse.ArgumentParser()
+        p.add_argument("--child")
+        p.add_argument("--port", type=int)
+        a = p.parse_args()
+        _child(a.child, a.port)
+    else:
+        asyncio.run(main())

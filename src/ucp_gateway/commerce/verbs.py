@@ -1,0 +1,159 @@
+"""UCP shopping operations as verbs of the verb runtime (issue 5): every REST call is a dispatch.
+
+Verbs (surface ``ucp``, principal kind ``buyer`` only, sub-agent ``sales``)::
+
+    checkout.create / checkout.update / checkout.cancel   WRITE_REVERSIBLE, no consent step
+    checkout.complete                                     WRITE_FINANCIAL, consent = payment credential
+    checkout.get / orders.get                             READ
+
+The buyer agent's principal is ``Principal(kind="buyer", role="buyer", subject=<profile URL>)``:
+never counted against company caps (architecture.md "Two kinds of principal"). Arguments carry the
+HTTP method, path and raw body text, so the dispatcher's idempotency digest covers exactly what UCP
+asks (raw body, method, path; caller = principal scope). The result carries the HTTP status and the
+exact body text, so a replay is byte-identical. ``checkout.complete`` keeps its arguments out of
+the audit row (they hold the payment credential); only their digest is recorded.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from ..errors import GatewayError
+from ..verbs.context import VerbContext
+from ..verbs.policy import Consent, PrincipalLimit, RiskClass, VerbPolicy
+from ..verbs.registry import Registry
+from . import service
+from .idempotency import serialize
+from .service import CommerceContext, Outcome
+from .validation import parse_json
+
+__all__ = ["CURRENT", "VERB_OPS", "provide", "result_of"]
+
+#: The request's CommerceContext, set by the REST handler around the dispatch (same task).
+CURRENT: contextvars.ContextVar[CommerceContext] = contextvars.ContextVar("ucpgw_commerce_ctx")
+
+Op = Callable[[asyncpg.Connection, CommerceContext, dict[str, Any]], Awaitable[Outcome]]
+
+
+def _body(args) -> dict[str, Any]:
+    return parse_json(args.get("body_text", "").encode())
+
+
+VERB_OPS: dict[str, tuple[RiskClass, Op]] = {
+    "checkout.create": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: service.create(c, x, _body(a))),
+    "checkout.get": (RiskClass.READ, lambda c, x, a: service.get(c, x, a["id"])),
+    "checkout.update": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: service.update(c, x, a["id"], _body(a))),
+    "checkout.complete": (RiskClass.WRITE_FINANCIAL, lambda c, x, a: service.complete(c, x, a["id"], _body(a))),
+    "checkout.cancel": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: service.cancel(c, x, a["id"])),
+    "orders.get": (RiskClass.READ, lambda c, x, a: service.get_order(c, x, a["id"])),
+}
+_DESCRIPTIONS = {
+    "checkout.create": "UCP create_checkout: price the line items from the catalogue and open a checkout session.",
+    "checkout.get": "UCP get_checkout: the latest state of a checkout session.",
+    "checkout.update": "UCP update_checkout: replace the writable state (items, buyer, fulfillment, discounts).",
+    "checkout.complete": "UCP complete_checkout: charge the payment credential, reserve stock, create the order.",
+    "checkout.cancel": "UCP cancel_checkout: cancel a checkout session that is not completed.",
+    "orders.get": "UCP get_order: the full order with fulfillment events and adjustments.",
+}
+
+
+def result_of(out: Outcome, *, read: bool, entity: str) -> dict[str, Any]:
+    """The verb output for an Outcome: ``http_status`` + exact ``body`` text (+ the shape's fields)."""
+    res: dict[str, Any] = {"http_status": out.status, "body": serialize(out.body).decode()}
+    if read:
+        res.update(entity_id=entity, entity_type="ucp_resource", data={"http_status": out.status})
+    return res
+
+
+def _handler(name: str, op: Op, read: bool):
+    async def handler(ctx: VerbContext) -> dict[str, Any]:
+        cctx = CURRENT.get()
+        args = dict(ctx.args)
+        try:
+            if read:  # READ verbs run in the runtime's group transaction: no savepoints there
+                out = await op(ctx.conn, cctx, args)
+            else:
+                async with ctx.conn.transaction():  # savepoint: a refused operation leaves nothing behind
+                    out = await op(ctx.conn, cctx, args)
+        except GatewayError as exc:
+            if exc.http_status >= 500:
+                raise
+            out = Outcome(exc.http_status, exc.to_body())
+        entity = args.get("id") or (out.body.get("id") if isinstance(out.body, dict) else None) or "-"
+        ctx.set_entity("checkout_session" if name.startswith("checkout") else "order", str(entity))
+        return result_of(out, read=read, entity=str(entity))
+
+    return handler
+
+
+def provide(registry: Registry, *, daily_completes: int | None = None) -> None:
+    """Register the shopping verbs on ``registry``."""
+    for name, (cls, op) in VERB_OPS.items():
+        read = cls is RiskClass.READ
+        props: dict[str, Any] = {
+            "method": {"type": "string"},
+            "path": {"type": "string"},
+            "body_text": {"type": "string", "maxLength": 1_048_576},
+            "raw_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        }
+        required = []
+        if name != "checkout.create":
+            props["id"] = {"type": "string", "minLength": 1, "maxLength": 200}
+            required.append("id")
+        policy = VerbPolicy(
+            cls,
+            consent=Consent.PAYMENT_CREDENTIAL
+            if cls is RiskClass.WRITE_FINANCIAL
+            else Consent.NONE
+            if not read
+            else None,
+            principals=frozenset({"buyer"}),
+            subagent="sales",
+            audit_args=name != "checkout.complete",
+            principal_limit=PrincipalLimit(calls=daily_completes)
+            if name == "checkout.complete" and daily_completes
+            else None,
+        )
+        record = {
+            "name": name,
+            "description": _DESCRIPTIONS[name],
+            "shape": "aggregate" if read else "receipt",
+            "surfaces": ["ucp"],
+            "side_effects": "read" if read else "write",
+            "input_schema": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": props,
+                "required": required,
+            },
+        }
+        registry.register(record, policy, _handler(name, op, read))
+
+
+def envelope_body(env: dict[str, Any]) -> tuple[int, bytes] | None:
+    """``(status, body bytes)`` of a successful envelope, else None."""
+    if not env.get("ok"):
+        return None
+    res = env["result"]
+    return int(res["http_status"]), res["body"].encode()
+
+
+_REASON_STATUS = {
+    "idempotency_conflict": (409, "idempotency_key_reused"),
+    "principal_limit_exceeded": (429, "rate_limited"),
+    "daily_cap_exceeded": (429, "rate_limited"),
+    "invalid_arguments": (400, "invalid_request"),
+    "execution_failed": (503, "unavailable"),
+}
+
+
+def envelope_error(env: dict[str, Any]) -> tuple[int, bytes]:
+    """Map a refused/failed envelope to a UCP protocol error ``(status, {"code","content"} bytes)``."""
+    err = env.get("error") or {}
+    status, code = _REASON_STATUS.get(err.get("reason", ""), (403, err.get("reason", "forbidden")))
+    return status, json.dumps({"code": code, "content": err.get("message", "")}, separators=(",", ":")).encode()
