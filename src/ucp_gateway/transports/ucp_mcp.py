@@ -7,8 +7,9 @@ transport: the client POSTs one JSON-RPC message (a batch only under 2025-03-26)
 
 Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call`` (+ ``notifications/*``).
 Tools are the UCP operations registered in ``app[MCP_TOOLS]`` (checkout etc., provided by the
-commerce package) and the verbs whose ``surfaces`` include ``ucp`` that the caller's principal kind
-may call. Every verb call goes through the one dispatcher (same envelope and receipt as REST).
+commerce package) and the verbs whose ``surfaces`` include ``ucp`` (all of them, as on every door;
+whether this caller may run one is decided at dispatch: ``role_denied`` for a buyer on a staff
+verb). Every verb call goes through the one dispatcher (same envelope and receipt as REST).
 
 Callers: a staff bearer token (``Authorization``) is a staff principal; otherwise the caller is a
 buyer agent, identified by the RFC 9421 signature the httpsig middleware verified on this HTTP
@@ -162,11 +163,9 @@ class _Handlers:
     async def ping(self, req: Request) -> dict[str, Any]:
         return {}
 
-    def _kind(self) -> str:
-        return self.principal.kind if self.principal else "buyer"
-
     async def tools_list(self, req: Request) -> dict[str, Any]:
-        verbs = listed(self.rt.registry, surface=SURFACE, principal_kind=self._kind())
+        # every verb of the ucp surface, as on every other door (parity); calls are authorised at dispatch
+        verbs = listed(self.rt.registry, surface=SURFACE)
         tools = [t.definition for t in self.tools.values()] + verb_tools(published(verbs))
         return {"tools": tools}
 

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from ..verbs.web import VERBS
 from . import webmcp
-from .auth import remote_authenticator
+from .auth import dispatch_principal_middleware, remote_authenticator
 from .ucp_mcp import MCP_PATH, MCP_TOOLS, mcp_error_middleware, mcp_get, mcp_post
 
 __all__ = ["setup"]
@@ -23,6 +23,7 @@ def setup(app: web.Application) -> None:
     webmcp.setup_routes(app)  # first: it keeps the verbs runtime's own staff-token check
     rt = app[VERBS]
     rt.authenticator = remote_authenticator(rt.authenticator, rt.registry)
+    app.middlewares.append(dispatch_principal_middleware(rt.authenticator))
     if MCP_TOOLS not in app:
         app[MCP_TOOLS] = {}
     try:
