@@ -29,8 +29,8 @@ class Gateway:
 
 @pytest.fixture
 async def gateway(database, db_settings):
-    if "httpsig_exempt_prefixes" in type(db_settings).model_fields:  # signatures: tested on their own
-        db_settings.httpsig_exempt_prefixes = ("/api/",)
+    db_settings.dev_profile_hosts = ["127.0.0.1"]  # test agents publish their profiles on loopback http
+    db_settings.webhook_worker = False
     db_settings.host_cache_ttl = 0  # tests change company settings between calls
     clock = FrozenClock(T0)
     company = await create_company(database.pool, slug="flower-shop", display_name="Flower Shop",

@@ -119,3 +119,46 @@ async def test_stdio_bridge_reads_without_key_writes_refused(gateway):
         assert res.structured_content["error"]["reason"] == "auth_required"
         res = await s.call_tool("customer__context", {"customer_id": "cust_1"})  # read, but not for anonymous
         assert res.structured_content["error"]["reason"] == "role_denied"
+
+
+async def test_stdio_bridge_signs_with_the_agent_key(gateway, tmp_path):
+    """Writes through the bridge authenticated only by an RFC 9421 signature with the agent key; the
+    gateway verifies it against the key the agent's profile publishes, and the partner registry
+    gives the agent its role."""
+    from datetime import UTC, datetime
+
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from joserfc.jwk import ECKey
+
+    from tests.commerce.conftest import Platform
+    from ucp_gateway.discovery.partners import add_partner
+
+    gateway.clock.advance((datetime.now(UTC) - gateway.clock.now()).total_seconds())  # signatures use real time
+    priv = ec.generate_private_key(ec.SECP256R1())
+    jwk = {**ECKey.import_key(priv).as_dict(private=True), "kid": "bridge-1"}
+    platform = Platform(signing_keys=[{k: v for k, v in jwk.items() if k != "d"}])
+    await platform.start()
+    try:
+        profile = f"{platform.base}/profile/bridge.json"
+        await add_partner(gateway.pool, gateway.company.id, profile_url=profile, role="employee",
+                          http_hosts=frozenset({"127.0.0.1"}))  # fmt: skip
+        key_file = tmp_path / "agent.jwk"
+        key_file.write_text(json.dumps(jwk))
+        key_file.chmod(0o600)
+        env = _env(UCPGW_AGENT_KEY_FILE=str(key_file), UCPGW_AGENT_PROFILE=profile)
+        params = StdioServerParameters(command=CLI, args=["mcp", "--gateway", gateway.url], env=env)
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            res = await s.call_tool("crm_contact_update", {"contact_id": 1, "status": "vip", "_confirm": True})
+            assert res.structured_content["ok"] is True, res.structured_content
+        # a key the profile does not publish is refused by the gateway's verifier
+        other = {**ECKey.generate_key("P-256").as_dict(private=True), "kid": "bridge-1"}
+        env = _env(UCPGW_AGENT_KEY=json.dumps(other), UCPGW_AGENT_PROFILE=profile)
+        params = StdioServerParameters(command=CLI, args=["mcp", "--gateway", gateway.url], env=env)
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            res = await s.call_tool("crm_contact_update", {"contact_id": 1, "status": "lead", "_confirm": True})
+            env_ = res.structured_content
+            assert res.is_error and env_["ok"] is False and env_["error"]["reason"] not in ("", None)
+    finally:
+        await platform.runner.cleanup()
