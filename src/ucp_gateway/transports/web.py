@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from ..appkeys import SETTINGS
 from ..verbs.web import VERBS
 from . import webmcp
 from .auth import dispatch_principal_middleware, remote_authenticator
@@ -20,6 +21,11 @@ __all__ = ["setup"]
 def setup(app: web.Application) -> None:
     """Add the MCP and WebMCP routes and the MCP error middleware. Needs ``ucp_gateway.verbs.web.setup``
     to have run (``app[VERBS]``)."""
+    settings = app[SETTINGS]
+    exempt = tuple(getattr(settings, "httpsig_exempt_prefixes", ()))
+    if hasattr(settings, "httpsig_exempt_prefixes") and webmcp.BASE + "/" not in exempt:
+        # browsers cannot sign requests: WebMCP is authenticated by its session cookie + CSRF instead
+        settings.httpsig_exempt_prefixes = (*exempt, webmcp.BASE + "/")
     webmcp.setup_routes(app)  # first: it keeps the verbs runtime's own staff-token check
     rt = app[VERBS]
     rt.authenticator = remote_authenticator(rt.authenticator, rt.registry)
