@@ -6,8 +6,9 @@ Installed by :func:`.web.setup` around ``app[VERBS].authenticator``:
 2. an agent whose RFC 9421 signature the httpsig middleware verified (``request[REQ_PRINCIPAL]``,
    ``authenticated``): its role comes from the company's partner registry (discovery), a partner
    role ``buyer`` makes a buyer principal; without that registry the role is ``read_only``;
-3. nobody: an anonymous buyer principal, only for a READ verb (stdio bridge reads "work without a
-   key", solid-verbs transport.md); buyers reach only verbs whose policy admits them.
+3. nobody, through the stdio bridge (``Verb-Surface: mcp_stdio``): an anonymous buyer principal,
+   only for a READ verb (bridge reads "work without a key", solid-verbs transport.md); buyers reach
+   only verbs whose policy admits them. Elsewhere no credentials stay 401 ``auth_required``.
 
 The transport the call came through is the ``Verb-Surface`` request header, one of
 :data:`REMOTE_SURFACES` (``http`` when absent). ``webmcp`` and ``ucp`` are never accepted here:
@@ -78,7 +79,7 @@ def remote_authenticator(base: Authenticator, registry) -> Authenticator:
             role = await _agent_role(pool, company.id, verified.profile_url)
             kind = "buyer" if role == "buyer" else "agent"
             return Principal(kind, company.id, role, str(verified.profile_url), surface)
-        if request is not None and await _requested_verb_is_read(request, registry):
+        if surface == "mcp_stdio" and request is not None and await _requested_verb_is_read(request, registry):
             return Principal("buyer", company.id, "buyer", "anonymous", surface)
         return None
 
