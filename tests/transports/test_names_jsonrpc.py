@@ -141,6 +141,7 @@ class _Err(GatewayError):
         (_Err("rate_limited", 429), -32000, 429),
         (ServiceUnavailable("x"), -32000, 503),
         (BadRequest("x"), -32602, 400),
+        (_Err("payload_too_large", 413), -32600, 413),
         (GatewayError("x"), -32603, 500),
     ],
 )

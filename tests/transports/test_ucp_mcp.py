@@ -91,6 +91,11 @@ async def test_protocol_errors_are_jsonrpc(gateway):
     assert status == 403 and body["error"]["code"] == -32000
     status, body, _ = await _post(gateway, {"jsonrpc": "2.0", "method": "notifications/initialized"})
     assert status == 202 and body is None
+    status, body, _ = await _post(gateway, call, {"Host": "nobody.test"})  # no company: tenancy layer
+    assert status == 404 and body["error"]["code"] == -32000 and body["id"] == 4
+    status, body, _ = await _post(gateway, b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "x": "' + b"a" * (2 << 20)
+                                  + b'"}')  # fmt: skip
+    assert status == 413 and body["jsonrpc"] == "2.0" and "error" in body  # body too large, still JSON-RPC
     async with aiohttp.ClientSession() as http:
         async with http.get(gateway.url + "/ucp/mcp") as resp:
             assert resp.status == 405

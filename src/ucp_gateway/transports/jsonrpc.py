@@ -127,6 +127,8 @@ def rpc_error_from_gateway(exc: GatewayError) -> RpcError:
         code = UCP_PROTOCOL_ERROR
     elif status == 400:
         code = INVALID_PARAMS
+    elif 400 < status < 500:  # 405, 413, 415 ...: the HTTP request itself was not acceptable
+        code = INVALID_REQUEST
     else:
         code, data, status = INTERNAL_ERROR, {"code": "internal_error"}, 500
         return RpcError(code, "internal error", data, http_status=status)
