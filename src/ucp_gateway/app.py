@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
+import structlog
 from aiohttp import web
 
 from .appkeys import CLOCK, DATABASE, SETTINGS
@@ -18,7 +19,7 @@ from .config import Settings
 from .db import Database
 from .db.database import connect_database
 from .discovery.web import setup as discovery_setup
-from .middleware import HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
+from .middleware import ACCESS_LOG, HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
 from .tenancy import HostCache
 from .transports.web import setup as transports_setup
 from .verbs.web import setup as verbs_setup
@@ -79,6 +80,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app[HOST_CACHE] = HostCache(ttl=settings.host_cache_ttl)
+    app[ACCESS_LOG] = structlog.get_logger("ucp_gateway.http").bind()
     if database is not None:
         app[DATABASE] = database
     else:
