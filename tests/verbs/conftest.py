@@ -103,19 +103,47 @@ def clock() -> FrozenClock:
     return FrozenClock(T0)
 
 
+@pytest.fixture(scope="session")
+async def template_db(template_db, pg_base_dsn):
+    """The migrated template plus the flower-shop company, its catalogue and the verb demo rows,
+    built once per session (every verbs test then clones it instead of seeding again)."""
+    import asyncpg
+
+    from ucp_gateway.db.database import _init_connection
+    from ucp_gateway.db.dsn import with_database
+
+    name = f"{template_db}_shop"
+    admin = await asyncpg.connect(pg_base_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        pool = await asyncpg.create_pool(
+            with_database(pg_base_dsn, name), min_size=1, max_size=2, init=_init_connection
+        )
+        try:
+            company = await create_company(
+                pool,
+                slug="flower-shop",
+                display_name="Flower Shop",
+                hostnames=["flower-shop.test"],
+                tier="growth",
+                signature_policy="optional",  # staff call with bearer tokens; signed agents are verified
+            )
+            await load_catalog(pool, company.id)
+            await seed_verb_demo(pool, company.id, T0)
+        finally:
+            await pool.close()
+        yield name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
 @pytest.fixture
 async def shop(database):
-    company = await create_company(
-        database.pool,
-        slug="flower-shop",
-        display_name="Flower Shop",
-        hostnames=["flower-shop.test"],
-        tier="growth",
-        signature_policy="optional",  # staff call with bearer tokens; signed agents are verified
-    )
-    await load_catalog(database.pool, company.id)
-    await seed_verb_demo(database.pool, company.id, T0)
-    return company
+    from ucp_gateway.tenancy import get_company
+
+    return await get_company(database.pool, "flower-shop")
 
 
 @pytest.fixture

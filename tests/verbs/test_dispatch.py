@@ -312,3 +312,8 @@ async def test_irreversible_class_disabled_by_company(shop, database, dispatcher
         await c.execute("UPDATE companies SET settings = $1::jsonb", {"verbs": {"daily_caps": {"IRREVERSIBLE": 0}}})
     env = await run(dispatcher, staff(shop, "owner"), "gdpr_delete_contact", {"contact_id": 1})
     assert env["error"]["reason"] == "daily_cap_exceeded"
+
+
+async def test_non_json_numbers_are_invalid_arguments(shop, dispatcher):
+    env = await run(dispatcher, staff(shop), "customer.context", {"customer_id": "cust_1", "x": float("nan")})
+    assert env["error"]["reason"] == "invalid_arguments" and env["audit_id"]

@@ -134,3 +134,9 @@ def test_request_principal_mapping(shop):
     assert request_principal(partner, shop).kind == "agent"
     assert request_principal(SimpleNamespace(company_id=shop.id, role="owner", verified=False), shop) is None
     assert request_principal(SimpleNamespace(company_id="other", role="owner", verified=True), shop) is None
+
+
+async def test_nan_body_is_malformed(client, database, shop):
+    h = await token(database, shop, "owner")
+    r = await client.post("/api/v1/agent/dispatch", data=b'{"verb": "customer.context", "args": {"x": NaN}}', headers=h)
+    assert r.status == 400

@@ -116,3 +116,9 @@ async def test_step_classes_refused(shop, dispatcher):
         "step_class_not_allowed",
         "invalid_arguments",
     )
+
+
+async def test_step_arguments_checked_before_the_phrase(shop, dispatcher):
+    tx = steps(("payments.refund", {"order_id": "ord_1", "currency": "USD"}))  # amount missing
+    env = await run(dispatcher, staff(shop, "admin"), "transaction", tx)
+    assert env["error"]["reason"] == "invalid_arguments" and env["error"]["path"] == "$.steps[0].args"

@@ -47,6 +47,10 @@ def steps_escalation(max_class: RiskClass):
                     path=f"$.steps[{i}].verb",
                 )
             cls = max(cls, scls)
+            problems = v.check_args(step.get("args", {}))
+            if problems:
+                sub = problems[0].path[1:]
+                raise VerbError("invalid_arguments", problems[0].message, path=f"$.steps[{i}].args{sub}")
             if v.policy.phrase is not None:
                 phrases.append(v.policy.phrase(step.get("args", {})))
         return cls, ("; ".join(phrases) if cls >= RiskClass.WRITE_FINANCIAL else None)

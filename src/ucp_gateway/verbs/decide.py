@@ -190,7 +190,10 @@ def gates(
             path=problems[0].path,
             hint=f"See input_schema: GET /api/v1/agent/verbs/{verb.name}",
         )
-    digest = args_digest(args)
+    try:
+        digest = args_digest(args)
+    except (TypeError, ValueError):  # NaN, Infinity or non-JSON values
+        return _deny("invalid_arguments", "arguments must be plain JSON (no NaN or Infinity)", path="$")
     cls, phrase = policy.risk_class, None
     try:
         if policy.escalate is not None:

@@ -42,6 +42,13 @@ __all__ = ["Dispatcher"]
 log = logging.getLogger(__name__)
 
 
+def _safe_digest(args: Any) -> str | None:
+    try:
+        return args_digest(args) if isinstance(args, Mapping) else None
+    except (TypeError, ValueError):
+        return None
+
+
 class _Replay(Exception):
     def __init__(self, digest: str, envelope: dict[str, Any] | None):
         self.digest, self.envelope = digest, envelope
@@ -292,7 +299,7 @@ class Dispatcher:
             "principal": {"kind": principal.kind, "subject": principal.subject, "role": principal.role},
             "transport": principal.transport,
             "risk_class": decision.risk_class.name if decision.risk_class is not None else None,
-            "args_digest": decision.digest or (args_digest(call.args) if isinstance(call.args, Mapping) else None),
+            "args_digest": decision.digest or _safe_digest(call.args),
         }
         if decision.reason:
             e["reason"] = decision.reason

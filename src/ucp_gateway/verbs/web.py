@@ -81,9 +81,13 @@ async def verb_detail(request: web.Request) -> web.Response:
     return web.json_response(dict(found[0].record), headers=headers)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _parse(raw: bytes, header_key: str | None) -> Call | str:
     try:
-        body = json.loads(raw or b"null")
+        body = json.loads(raw or b"null", parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError):
         return "body is not JSON"
     if not isinstance(body, dict) or not isinstance(body.get("verb"), str) or not body["verb"]:
