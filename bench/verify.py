@@ -100,6 +100,38 @@ async def arate(fn, seconds: float, concurrency: int = 8) -> float:
     return count / (time.perf_counter() - t0)
 
 
+def _load(port: int, path: str, headers: list, seconds: float, concurrency: int) -> int:
+    """Load generator run in a separate process, so the server's thread does only server work."""
+
+    async def go() -> int:
+        count, stop = 0, time.perf_counter() + seconds
+        async with aiohttp.ClientSession() as s:
+
+            async def worker():
+                nonlocal count
+                while time.perf_counter() < stop:
+                    async with s.post(f"http://127.0.0.1:{port}{path}", data=BODY, headers=CIMultiDict(headers)) as r:
+                        assert r.status == 200, r.status
+                        await r.read()
+                    count += 1
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return count
+
+    return asyncio.run(go())
+
+
+async def external_load(port: int, path: str, headers: list, seconds: float, concurrency: int) -> float:
+    """Requests/s from a client in another process."""
+    import concurrent.futures
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        n = await asyncio.get_running_loop().run_in_executor(pool, _load, port, path, headers, seconds, concurrency)
+    return n / seconds
+
+
 class MiddlewareTimer:
     """Server-side time spent in the signature middleware per real request, handler excluded:
     a timing middleware wraps it from outside and the handler times itself."""
@@ -210,6 +242,13 @@ async def main(seconds: float) -> None:
                 await arate(lambda: with_raw("/checkout-sessions", signed_h), seconds, concurrency=1)
                 mw_signed_us = timer.per_request_us()
                 raw_same_phase_us = raw_t[0] / raw_t[1] * 1e6
+                # the same with the client in another process: server CPU time only
+                timer.reset()
+                ext_unsigned = await external_load(port, "/healthz-bench", list(plain_h.items()), seconds, 4)
+                ext_mw_unsigned_us = timer.per_request_us()
+                timer.reset()
+                ext_signed = await external_load(port, "/checkout-sessions", hdrs, seconds, 4)
+                ext_mw_signed_us = timer.per_request_us()
             await runner.cleanup()
 
     raw_us, core_us = 1e6 / raw, 1e6 / core
@@ -224,6 +263,12 @@ async def main(seconds: float) -> None:
     print(f"raw verify timed in the same phase  : {raw_same_phase_us:9.1f} us")
     ratio = mw_us / raw_same_phase_us
     print(f"middleware cost per signed request : {mw_us:9.1f} us  ({ratio:.2f}x raw verify; target <= 2x)")
+    ext_cost = ext_mw_signed_us - ext_mw_unsigned_us
+    print(
+        f"client in another process: unsigned {ext_unsigned:.0f} /s, signed {ext_signed:.0f} /s; in middleware "
+        f"{ext_mw_signed_us:.1f} us vs {ext_mw_unsigned_us:.1f} us -> cost {ext_cost:.1f} us "
+        f"({ext_cost / raw_us:.2f}x raw verify)"
+    )
     print(f"same over HTTP (incl. client, noisy): {cost_us:9.1f} us  ({cost_us / raw_us:.2f}x raw verify)")
 
 

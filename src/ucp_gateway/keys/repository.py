@@ -16,10 +16,11 @@ import asyncpg
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ..db import tenant_tx
-from ..errors import ConfigError, Conflict, NotFound
-from .envelope import KekRing, decrypt_private_jwk, encrypt_private_jwk, rewrap
+from ..errors import Conflict, NotFound
+from .envelope import KekRing, encrypt_private_jwk, rewrap
 from .lifecycle import PUBLISHED, KeyEvent, KeyState, KeyTiming, due_events, step
-from .rfc7638 import generate_p256, private_key_from_jwk, public_jwk
+from .rfc7638 import generate_p256, public_jwk
+from .vault import Vault, attach_vault, get_vault, vault_of
 
 __all__ = [
     "CompanyKey",
@@ -86,56 +87,6 @@ class SigningKey:
 
     def __repr__(self) -> str:  # never print key material
         return f"SigningKey(company_id={self.company_id}, kid={self.kid!r})"
-
-
-class Vault:
-    """The KEK ring plus a cache of decrypted private keys by ``(company_id, kid)``.
-
-    Which key is active is read from the database on every call (so a compromise takes effect
-    at once); only the decrypted material is cached.
-    """
-
-    def __init__(self, ring: KekRing):
-        self.ring = ring
-        self._cache: dict[tuple[UUID, str], ec.EllipticCurvePrivateKey] = {}
-
-    def private_key(self, company_id: UUID, kid: str, blob: dict[str, Any]) -> ec.EllipticCurvePrivateKey:
-        key = self._cache.get((company_id, kid))
-        if key is None:
-            key = private_key_from_jwk(decrypt_private_jwk(self.ring, company_id, kid, blob))
-            self._cache[(company_id, kid)] = key
-        return key
-
-    def forget(self, company_id: UUID, kid: str) -> None:
-        self._cache.pop((company_id, kid), None)
-
-
-# asyncpg pools take no weak references: key by id() and keep the pool to rule out id reuse;
-# closed pools are dropped on the next attach.
-_VAULTS: dict[int, tuple[Any, Vault]] = {}
-
-
-def attach_vault(pool: asyncpg.Pool, vault: Vault) -> None:
-    """Bind a vault to a pool so ``active_signing_key(pool, company_id)`` can decrypt.
-
-    Done by ``keys.web.setup`` at startup and by the CLI; lives and dies with the pool.
-    """
-    for k, (p, _v) in list(_VAULTS.items()):
-        if p.is_closing():
-            del _VAULTS[k]
-    _VAULTS[id(pool)] = (pool, vault)
-
-
-def _vault_of(pool: Any) -> Vault | None:
-    entry = _VAULTS.get(id(pool))
-    return entry[1] if entry is not None and entry[0] is pool else None
-
-
-def get_vault(pool: asyncpg.Pool) -> Vault:
-    v = _vault_of(pool)
-    if v is None:
-        raise ConfigError("no KEK ring configured (UCPGW_KEK_RING / UCPGW_KEK_FILE): cannot sign")
-    return v
 
 
 _COLS = "company_id, kid, state, public_jwk, kek_id, created_at, state_changed_at"
@@ -292,7 +243,7 @@ async def apply_event(
 
 
 def _forget(pool, company_id, kid) -> None:
-    v = _vault_of(pool)
+    v = vault_of(pool)
     if v is not None:
         v.forget(UUID(str(company_id)), kid)
 
