@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
+import shutil
 import socket
 import statistics
 import tempfile
@@ -169,7 +170,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     args = ap.parse_args()
-    data_dir = tempfile.mkdtemp(prefix="ucpgw-bench-", dir="/tmp")
+    data_dir = tempfile.mkdtemp(prefix="ucpgw-discbench-", dir="/tmp")
     os.chmod(data_dir, 0o755)  # the embedded server may run as another user
     asyncio.run(_seed(data_dir, args.log_level))
     ctx = mp.get_context("spawn")
@@ -208,6 +209,7 @@ def main() -> None:
     finally:
         gateway.terminate()
         gateway.join()
+        shutil.rmtree(data_dir, ignore_errors=True)  # the embedded server stopped with the gateway
     med = {k: statistics.median(v) for k, v in results.items()}
     cpu_med = {k: statistics.median(v) for k, v in per_cpu.items()}
     runs = {k: ", ".join(f"{x:.0f}" for x in v) for k, v in results.items()}

@@ -42,8 +42,8 @@ def _keys_setup(app: web.Application) -> None:
 
 COMPONENTS: list[Callable[[web.Application], None]] = [
     _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug (issue 3)
+    discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, fetcher, trust middleware (issue 4)
     _httpsig_setup,  # RFC 9421 verification middleware + response signing (issue 3)
-    discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, app[PROFILE_FETCHER]
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
     commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker
     transports_setup,  # /ucp/mcp (UCP MCP binding), /api/v1/webmcp/*; after verbs and commerce

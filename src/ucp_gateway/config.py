@@ -88,6 +88,7 @@ class Settings(BaseSettings):
     )
     profile_fetch_backoff_base: float = Field(default=1.0, gt=0)
     profile_fetch_backoff_max: float = Field(default=60.0, gt=0)
+    partner_cache_ttl: float = Field(default=5.0, ge=0, description="Seconds a partner/trust lookup is reused.")
     dev_profile_hosts: list[str] = Field(
         default_factory=list,
         description="Loopback hosts whose profiles may be fetched over plain http (development only).",

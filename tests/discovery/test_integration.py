@@ -88,3 +88,51 @@ async def test_demo_company_and_platform_node_validate(aiohttp_client, database,
     [entry] = graph["ucp"]["capabilities"]["com.solidnumber.agent_graph"]
     assert entry["config"]["companies"][0]["slug"] == DEMO_SLUG
     assert entry["config"]["companies"][0]["profile"] == "https://127.0.0.1/.well-known/ucp"
+
+
+async def test_allowlist_refuses_before_signature_check_and_partner_role_is_set(
+    aiohttp_client, database, db_settings, platform_server
+) -> None:
+    from ucp_gateway.discovery.partners import add_partner, set_policy
+    from ucp_gateway.discovery.trust import REQ_AGENT_ROLE
+
+    async def whoami(request: web.Request) -> web.Response:
+        role = request.get(REQ_AGENT_ROLE)
+        return web.json_response({"role": role.role if role else None, "partner": role.partner if role else None})
+
+    ring = KekRing.new_entry("kek-1")
+    settings = db_settings.model_copy(
+        update={"kek_ring": SecretStr(ring), "dev_profile_hosts": ["127.0.0.1"], "partner_cache_ttl": 0.0}
+    )
+    clock = FrozenClock()
+    company = await create_company(database.pool, slug="acme", display_name="Acme", hostnames=["shop.example"])
+    await ensure_active_key(database.pool, company.id, now=clock.now(), vault=Vault(KekRing.parse(ring)))
+    priv, jwk = new_key("platform-2026")
+    platform_server.keys = [jwk]
+    app = create_app(settings, clock=clock, database=database)
+    app.router.add_post("/checkout-sessions", whoami)
+    client = await aiohttp_client(app)
+
+    async def call():
+        hdrs = sign_request(priv, profile=platform_server.url(), body=BODY, created=int(clock.now().timestamp()))
+        return await client.post("/checkout-sessions", headers=[("Host", "shop.example"), *hdrs], data=BODY)
+
+    resp = await call()
+    assert resp.status == 200 and await resp.json() == {"role": "read_only", "partner": False}
+    await set_policy(database.pool, company.id, trust_mode="allowlist")
+    fetches = platform_server.count()
+    app[PROFILE_FETCHER]._cache.clear()  # an uncached profile: refusal must come before any fetch
+    resp = await call()
+    assert resp.status == 403 and (await resp.json())["code"] == "profile_not_trusted"
+    assert platform_server.count() == fetches
+    await add_partner(
+        database.pool,
+        company.id,
+        profile_url=platform_server.url(),
+        role="employee",
+        http_hosts=frozenset({"127.0.0.1"}),
+    )
+    resp = await call()
+    assert resp.status == 200 and await resp.json() == {"role": "employee", "partner": True}
+    bad = await client.post("/checkout-sessions", headers={"Host": "shop.example", "UCP-Agent": "profile=x"})
+    assert bad.status == 400 and (await bad.json())["code"] == "invalid_profile_url"

@@ -8,7 +8,8 @@ Public surface::
     ProfileFetcher(settings, clock=, resolver=)       # .get_profile(url), .resolve(url, kid, force_refresh=)
     negotiate_request(header=, fetcher=, pool=, company=, business_profile=, operation=)
     partners: add_partner / list_partners / remove_partner / role_for_agent / set_policy
-    web.setup(app)                                    # routes + app[PROFILE_FETCHER]
+    web.setup(app)                                    # routes, app[PROFILE_FETCHER] (= KEY_RESOLVER),
+                                                      # trust middleware -> request[trust.REQ_AGENT_ROLE]
 """
 
 from .agent_header import AgentHeader, agent_from_meta, parse_ucp_agent, validate_profile_url

@@ -33,6 +33,7 @@ __all__ = [
     "build_company_profile",
     "build_platform_profile",
     "decode_cursor",
+    "default_manifest_url",
     "default_payment_handlers",
     "encode_cursor",
     "shopping_capabilities",

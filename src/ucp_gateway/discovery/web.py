@@ -48,6 +48,7 @@ from .builder import (
 )
 from .caching import etag_matches, make_etag
 from .fetcher import ProfileFetcher
+from .trust import TRUST_CACHE, TrustCache, trust_middleware
 from .vendor_docs import schema_document, spec_document
 
 __all__ = [
@@ -264,4 +265,6 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/ucp/agent-graph", agent_graph)
     app.router.add_get(base + "/specification/{name}", _document_handler("spec"))
     app.router.add_get(base + "/schemas/{name}.json", _document_handler("schema"))
+    app[TRUST_CACHE] = TrustCache(settings.partner_cache_ttl)
+    app.middlewares.append(trust_middleware)  # list this component before httpsig in COMPONENTS
     app.on_cleanup.append(_close_fetcher)
