@@ -253,10 +253,7 @@ def _spawn(mode: str, port: int, env: dict) -> subprocess.Popen:
     e = dict(env)
     if mode == "plain":
         e["UCPGW_COMMERCE_VIA_VERBS"] = "false"
-    cmd = [sys.executable, __file__, "--child", mode, "--port", str(port)]
-    if os.environ.get("BENCH_PROFILE") == mode:  # development aid: profile the gateway process
-        cmd = [sys.executable, "/tmp/prof_child.py", __file__, mode, str(port)]
-    proc = subprocess.Popen(cmd, env=e)
+    proc = subprocess.Popen([sys.executable, __file__, "--child", mode, "--port", str(port)], env=e)
     for _ in range(300):
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):

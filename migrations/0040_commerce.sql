@@ -120,8 +120,9 @@ BEGIN
     END LOOP;
 END $$;
 
--- Platform-level delivery queue: ids and due times only (no payload), so the worker can find due
--- events across tenants and then read each one inside its own tenant context.
+-- Delivery queue: ids and due times only (no payload). A tenant sees its own rows; the delivery
+-- worker scans in the platform context (no tenant set) to find due events across tenants, then
+-- reads each event inside its own tenant context.
 CREATE TABLE webhook_queue (
     company_id       uuid NOT NULL REFERENCES companies (id) ON DELETE CASCADE,
     event_id         uuid NOT NULL,
@@ -129,4 +130,9 @@ CREATE TABLE webhook_queue (
     PRIMARY KEY (company_id, event_id)
 );
 CREATE INDEX webhook_queue_due ON webhook_queue (next_attempt_at);
+ALTER TABLE webhook_queue ENABLE ROW LEVEL SECURITY;
+ALTER TABLE webhook_queue FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_or_platform ON webhook_queue
+    USING (app_company_id() IS NULL OR company_id = app_company_id())
+    WITH CHECK (app_company_id() IS NULL OR company_id = app_company_id());
 GRANT SELECT, INSERT, UPDATE, DELETE ON webhook_queue TO ucp_app;

@@ -156,3 +156,29 @@ async def test_direct_path_idempotency(aiohttp_client, database, db_settings, co
     async with tenant_tx(database.pool, company.id) as conn:
         assert await conn.fetchval("SELECT count(*) FROM checkout_sessions") == 1
         assert await conn.fetchval("SELECT count(*) FROM verb_audit_log") == 0
+
+
+async def test_payment_credential_is_stored_nowhere(client, database, company):
+    r = await client.post(url("/checkout-sessions"), json=payload(fulfillment=SHIP_US), headers=headers(key=new_key()))
+    cid = (await r.json())["id"]
+    r = await client.post(url(f"/checkout-sessions/{cid}/complete"), json=pay(), headers=headers(key=new_key()))
+    assert (await r.json())["status"] == "completed"
+    owner = await asyncpg.connect(database.owner_dsn)
+    try:
+        tables = await owner.fetch(
+            "SELECT table_name FROM information_schema.columns WHERE table_schema = 'public' "
+            "AND column_name = 'company_id' AND table_name <> 'payment_instruments'"
+        )
+        hits = []
+        for t in {r["table_name"] for r in tables}:
+            n = await owner.fetchval(f'SELECT count(*) FROM "{t}" x WHERE x::text LIKE $1', "%success_token%")
+            if n:
+                hits.append(t)
+        for t, col in (("webhook_outbox", "payload"), ("commerce_idempotency", "body")):  # bytea columns
+            n = await owner.fetchval(f"SELECT count(*) FROM {t} WHERE convert_from({col}, 'UTF8') LIKE $1", "%success_token%")
+            if n:
+                hits.append(t)
+        assert await owner.fetchval("SELECT token_ref FROM payments") == "demo:instr_1"
+    finally:
+        await owner.close()
+    assert hits == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ucp_sdk.models.schemas.shopping.checkout import Checkout
 from ucp_sdk.models.schemas.shopping.order import Order
 
-from .conftest import SHIP_US, agent, headers, new_key, pay, payload, url
+from .conftest import SHIP_US, agent, headers, make_app, new_key, pay, payload, started, url
 
 
 async def _create(client, body=None, **kw):
@@ -205,3 +205,24 @@ async def test_gzip_body_is_decoded_after_verification(client):
     r = await client.post(url("/checkout-sessions"), data=raw, headers=h)
     assert r.status == 201, await r.text()
     assert (await r.json())["line_items"][0]["item"]["id"] == "bouquet_roses"
+
+
+async def test_per_buyer_agent_limits(aiohttp_client, database, db_settings, company, platform):
+    """Rate and order amount are limited per buyer agent, not by company-wide caps."""
+    app = make_app(database, db_settings, buyer_rate_limit=3, buyer_max_order_amount=5000)
+    c = await started(aiohttp_client, app, database, company)
+    r = await c.post(
+        url("/checkout-sessions"), json=payload("orchid_white", 2, fulfillment=SHIP_US), headers=headers(key=new_key())
+    )
+    cid = (await r.json())["id"]
+    r = await c.post(url(f"/checkout-sessions/{cid}/complete"), json=pay(), headers=headers(key=new_key()))
+    body = await r.json()
+    assert body["status"] == "requires_escalation" and body["continue_url"]
+    assert any(
+        m["code"] == "amount_limit_exceeded" and m["severity"] == "requires_buyer_review" for m in body["messages"]
+    )
+    statuses = [(await c.get(url(f"/checkout-sessions/{cid}"), headers=headers())).status for _ in range(3)]
+    assert statuses[-1] == 429
+    r = await c.get(url(f"/checkout-sessions/{cid}"), headers=headers(agent("other")))
+    assert r.status == 200  # another buyer agent has its own budget ...
+    assert (await r.json())["messages"][0]["code"] == "not_found"  # ... and never sees this session

@@ -27,6 +27,7 @@ from .service import UCP_VERSION, CommerceContext
 
 __all__ = [
     "CHECKOUT_CAPABILITIES",
+    "PROFILE_CACHE",
     "Negotiation",
     "RateLimited",
     "RateLimiter",
@@ -110,20 +111,22 @@ class Negotiation:
     webhook_url: str | None
 
 
-_PROFILE_CACHE = web.AppKey("ucpgw.commerce_business_profiles", dict)
+PROFILE_CACHE = web.AppKey("ucpgw.commerce_business_profiles", dict)
 _PROFILE_TTL = 5.0
 
 
 async def _business_profile(app: web.Application, company: Company, origin: str) -> dict[str, Any]:
     from ..discovery.web import company_profile_document
 
-    cache = app[_PROFILE_CACHE] if _PROFILE_CACHE in app else None
+    cache = app[PROFILE_CACHE] if PROFILE_CACHE in app else None
     key = (company.id, origin)
     hit = cache.get(key) if cache is not None else None
     if hit and hit[0] > time.monotonic():
         return hit[1]
     doc = await company_profile_document(app, company, origin)
     if cache is not None:
+        if len(cache) > 4096:  # bounded: one entry per (company, origin)
+            cache.clear()
         cache[key] = (time.monotonic() + _PROFILE_TTL, doc)
     return doc
 

@@ -129,7 +129,7 @@ async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str,
 async def _load(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, *, lock: bool):
     """The row (expired non-terminal sessions are canceled first) or None."""
     row = await repo.get_checkout(conn, cid, for_update=lock)
-    if row is None:
+    if row is None or row["caller"] != ctx.caller:  # a session belongs to the platform that opened it
         return None
     if row["status"] not in TERMINAL and row["expires_at"] <= ctx.now:
         if not lock:

@@ -28,7 +28,7 @@ from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
 from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
 from . import service
-from .context import RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
+from .context import PROFILE_CACHE, RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
 from .idempotency import JSON, Stored, fingerprint, run_idempotent, serialize
 from .service import CommerceContext
 from .verbs import CURRENT, VERB_OPS, envelope_body, envelope_error
@@ -215,6 +215,7 @@ def setup(app: web.Application) -> None:
 
     settings = app[SETTINGS]
     app[COMMERCE_LIMITER] = RateLimiter(settings.buyer_rate_limit)
+    app[PROFILE_CACHE] = {}
     p = REST_PREFIX
     app.router.add_post(f"{p}/checkout-sessions", create_checkout)
     app.router.add_get(f"{p}/checkout-sessions/{{id}}", get_checkout)
