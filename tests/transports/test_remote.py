@@ -77,6 +77,8 @@ def test_cli_needs_a_gateway_or_local_options(capsys, monkeypatch):
     assert "--gateway" in capsys.readouterr().err
     assert main(["customer-context", "cust_1", "--gateway", "ftp://x"]) == 1
     assert "--gateway must be an http(s) base URL" in capsys.readouterr().err
+    assert main(["customer-context", "cust_1", "--gateway", "http://shop.example"]) == 1
+    assert "must use https" in capsys.readouterr().err
 
 
 async def test_manifest_cache(gateway):

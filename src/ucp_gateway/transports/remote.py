@@ -31,13 +31,17 @@ __all__ = ["DISPATCH_PATH", "MANIFEST_PATH", "GatewayClient", "check_gateway_url
 
 MANIFEST_PATH = "/api/v1/agent/verbs"
 DISPATCH_PATH = "/api/v1/agent/dispatch"
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 def check_gateway_url(url: str) -> str:
-    """The gateway base URL without a trailing slash. Raises BadRequest unless http(s)://host."""
+    """The gateway base URL without a trailing slash. Raises BadRequest unless ``https://host``
+    (plain ``http`` only on loopback: credentials never travel in clear text over a network)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         raise BadRequest(f"--gateway must be an http(s) base URL, got {url!r}")
+    if parts.scheme == "http" and parts.hostname not in _LOOPBACK:
+        raise BadRequest("--gateway must use https (plain http only for localhost / 127.0.0.1)")
     return url.rstrip("/")
 
 
