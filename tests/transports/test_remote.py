@@ -89,6 +89,9 @@ async def test_manifest_cache(gateway):
         assert await gw.manifest() == first and gw.manifest_fetches == 1
         t[0] = 301.0
         assert await gw.manifest() == first and gw.manifest_fetches == 2  # revalidated (ETag)
+    async with GatewayClient(gateway.url, surface="") as gw:  # `verbs list --gateway` without --surface
+        everything = {r["name"] for r in await gw.manifest()}
+    assert {r["name"] for r in first} < everything
 
 
 async def test_stdio_bridge_with_sdk_client(gateway):

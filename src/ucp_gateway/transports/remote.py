@@ -98,7 +98,7 @@ class GatewayClient:
         hit = self._cache.get(ck)
         if hit is not None and now - hit[0] < self.cache_ttl:
             return hit[2]
-        q = {"surface": self.surface} | ({"shape": shape} if shape else {})
+        q = ({"surface": self.surface} if self.surface else {}) | ({"shape": shape} if shape else {})
         headers = {"Accept": "application/json"}
         if hit is not None and hit[1]:
             headers["If-None-Match"] = hit[1]
