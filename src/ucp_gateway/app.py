@@ -21,6 +21,7 @@ from .db.database import connect_database
 from .discovery.web import setup as discovery_setup
 from .middleware import ACCESS_LOG, HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
 from .tenancy import HostCache
+from .transports.web import setup as transports_setup
 from .verbs.web import setup as verbs_setup
 
 __all__ = ["COMPONENTS", "create_app"]
@@ -55,6 +56,7 @@ COMPONENTS: list[Callable[[web.Application], None]] = [
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
     _agent_graph_setup,  # sub-agent capability configs in /.well-known/ucp from the verb registry
     commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker
+    transports_setup,  # /ucp/mcp (UCP MCP binding), /api/v1/webmcp/*; after verbs and commerce
 ]
 
 

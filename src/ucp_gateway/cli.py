@@ -34,6 +34,7 @@ COMMAND_MODULES: list[str] = [
     "ucp_gateway.discovery.cli",  # partners add|list|remove|policy
     "ucp_gateway.verbs.cli",  # verbs list|token|seed-demo, agent dispatch, audit verify
     "ucp_gateway.keys.cli",  # keys ..., admin-tokens create (issue 3)
+    "ucp_gateway.transports.cli",  # mcp, shortcuts; --gateway on verbs list / agent dispatch
 ]
 
 

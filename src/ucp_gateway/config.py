@@ -161,6 +161,11 @@ class Settings(BaseSettings):
         default=None, description="Validate every verb result against its shape schema. None: in development only."
     )
 
+    # --- transports (issue 7, ucp_gateway.transports) -----------------------------------------
+    webmcp_session_ttl: int = Field(
+        default=8 * 3600, ge=60, le=7 * 86400, description="Seconds a WebMCP browser session lives."
+    )
+
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, v: Path) -> Path:

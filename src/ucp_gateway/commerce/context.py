@@ -139,9 +139,12 @@ def _webhook_url(capabilities: Mapping[str, Sequence[Mapping[str, Any]]]) -> str
     return None
 
 
-async def negotiate(request: web.Request, company: Company, operation: str) -> Negotiation | None:
+async def negotiate(
+    request: web.Request, company: Company, operation: str, *, agent: Any = None
+) -> Negotiation | None:
     """Run discovery's negotiation (UCP overview "Negotiation") when the discovery package is set up.
 
+    ``agent``: an ``AgentHeader`` taken from MCP ``meta["ucp-agent"]`` instead of the header.
     Raises the discovery errors (400 invalid_profile_url, 403, 422, 424; 200 capabilities_incompatible).
     In conformance mode an empty intersection is tolerated (the suite's profile declares only the
     order capability); the response then lists what the gateway implements.
@@ -170,6 +173,7 @@ async def negotiate(request: web.Request, company: Company, operation: str) -> N
             operation=operation,
             continue_url=origin + "/",
             http_hosts=hosts,
+            agent=agent,
         )
     except (CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported):
         if not settings.conformance_mode:
@@ -177,7 +181,7 @@ async def negotiate(request: web.Request, company: Company, operation: str) -> N
         # conformance mode only: the suite's agent profile is a 2026-01 document declaring just the
         # order capability; serve with our own capability list, and let the webhook worker read the
         # webhook_url from the raw profile at delivery time.
-        agent = parse_ucp_agent(header, http_hosts=hosts)
+        agent = agent or parse_ucp_agent(header, http_hosts=hosts)
         return Negotiation(agent.profile, None, None, None)
     order_caps = (
         rn.negotiated.response_registry("order") if "dev.ucp.shopping.order" in rn.negotiated.capabilities else None

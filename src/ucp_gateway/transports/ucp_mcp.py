@@ -1,0 +1,295 @@
+"""The UCP MCP binding: JSON-RPC 2.0 over Streamable HTTP at ``/ucp/mcp`` (aiohttp).
+
+UCP checkout-mcp.md / overview "Transport Layer" and the MCP 2025-11-25 "Streamable HTTP"
+transport: the client POSTs one JSON-RPC message (a batch only under 2025-03-26) and gets
+``application/json`` back; notifications get 202. This server is stateless: it issues no
+``Mcp-Session-Id``, and answers GET (no server-initiated stream) and DELETE with 405.
+
+Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call`` (+ ``notifications/*``).
+Tools are the UCP operations registered in ``app[MCP_TOOLS]`` (checkout etc., provided by the
+commerce package) and the verbs whose ``surfaces`` include ``ucp`` (all of them, as on every door;
+whether this caller may run one is decided at dispatch: ``role_denied`` for a buyer on a staff
+verb). Every verb call goes through the one dispatcher (same envelope and receipt as REST).
+
+Callers: a staff bearer token (``Authorization``) is a staff principal; otherwise the caller is a
+buyer agent, identified by the RFC 9421 signature the httpsig middleware verified on this HTTP
+request (``request[REQ_PRINCIPAL]``) or, when the company's signature policy lets unsigned
+requests through, by ``meta["ucp-agent"].profile`` (required on every tool call; UCP N1).
+
+Errors: protocol errors become JSON-RPC ``error`` with the HTTP status as primary signal
+(:func:`.jsonrpc.rpc_error_from_gateway`); errors raised before the handler (signatures, tenancy,
+body size) are rewritten by :func:`mcp_error_middleware`; business outcomes are ``result``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from .. import __version__
+from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
+from ..errors import BadRequest, GatewayError, NotFound
+from ..verbs.decide import Call
+from ..verbs.manifest import listed, published
+from ..verbs.policy import Principal, is_blocked_name
+from ..verbs.web import VERBS
+from . import jsonrpc
+from .jsonrpc import INVALID_PARAMS, Request, RpcError
+from .mcp_tools import call_result, split_control, verb_tools
+from .names import from_tool_name
+
+__all__ = [
+    "MCP_PATH",
+    "MCP_TOOLS",
+    "PROTOCOL_VERSIONS",
+    "InvalidProfileUrl",
+    "McpCall",
+    "McpTool",
+    "mcp_error_middleware",
+    "mcp_get",
+    "mcp_post",
+    "principal_for",
+    "profile_from_meta",
+]
+
+MCP_PATH = "/ucp/mcp"
+# handshake revisions we speak, oldest first; the last is offered when the client asks for another
+PROTOCOL_VERSIONS: tuple[str, ...] = ("2025-03-26", "2025-06-18", "2025-11-25")
+SURFACE = "ucp"
+
+
+class InvalidProfileUrl(BadRequest):
+    code = "invalid_profile_url"
+
+
+@dataclass(frozen=True, slots=True)
+class McpCall:
+    """What a non-verb MCP tool gets: the request, company, principal, arguments (``meta`` included)."""
+
+    request: web.Request
+    company: Any
+    principal: Principal
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class McpTool:
+    """A non-verb tool (UCP checkout operations): its MCP ``Tool`` definition and handler returning
+    the UCP payload (put in ``structuredContent``). Handlers raise GatewayError for protocol errors."""
+
+    definition: dict[str, Any]
+    call: Callable[[McpCall], Awaitable[Mapping[str, Any]]]
+
+
+MCP_TOOLS = web.AppKey("ucpgw.mcp_tools", dict)  # name -> McpTool
+
+
+def profile_from_meta(arguments: Mapping[str, Any], *, allow_http: bool) -> str:
+    """``arguments.meta["ucp-agent"].profile`` (UCP checkout-mcp.md). Raises InvalidProfileUrl."""
+    meta = arguments.get("meta")
+    agent = meta.get("ucp-agent") if isinstance(meta, Mapping) else None
+    profile = agent.get("profile") if isinstance(agent, Mapping) else None
+    if not isinstance(profile, str) or len(profile) > 2048:
+        raise InvalidProfileUrl('meta["ucp-agent"].profile is required')
+    parts = urlsplit(profile)
+    if parts.scheme not in (("https", "http") if allow_http else ("https",)) or not parts.hostname:
+        raise InvalidProfileUrl('meta["ucp-agent"].profile must be an https URL')
+    return profile
+
+
+async def principal_for(request: web.Request, company: Any) -> Principal | None:
+    """Staff bearer token -> staff principal; a verified signature -> buyer principal; else None."""
+    app = request.app
+    auth = request.headers.get("Authorization")
+    if auth:
+        p = await app[VERBS].authenticator(app[DATABASE].pool, company, auth, request)
+        if p is None:
+            raise _Unauthorized("the bearer token is not valid for this company")
+        return replace(p, transport=SURFACE)
+    verified = request.get(REQ_PRINCIPAL)
+    if getattr(verified, "authenticated", False) and getattr(verified, "profile_url", None):
+        return Principal("buyer", company.id, "buyer", str(verified.profile_url), SURFACE)
+    return None
+
+
+class _Unauthorized(GatewayError):
+    code = "unauthorized"
+    http_status = 401
+
+
+class _Forbidden(GatewayError):
+    code = "forbidden"
+    http_status = 403
+
+
+def _negotiate(requested: Any) -> str:
+    return requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[-1]
+
+
+class _Handlers:
+    """The JSON-RPC methods for one HTTP request."""
+
+    def __init__(self, request: web.Request, company: Any, principal: Principal | None):
+        self.request, self.company, self.principal = request, company, principal
+        self.settings = request.app[SETTINGS]
+        self.rt = request.app[VERBS]
+        self.tools: dict[str, McpTool] = request.app.get(MCP_TOOLS, {})
+
+    def methods(self) -> dict[str, jsonrpc.Method]:
+        return {
+            "initialize": self.initialize,
+            "ping": self.ping,
+            "tools/list": self.tools_list,
+            "tools/call": self.tools_call,
+            "notifications/initialized": self.ping,
+            "notifications/cancelled": self.ping,
+        }
+
+    async def initialize(self, req: Request) -> dict[str, Any]:
+        params = req.params if isinstance(req.params, Mapping) else {}
+        return {
+            "protocolVersion": _negotiate(params.get("protocolVersion")),
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": {"name": "ucp-gateway", "version": __version__},
+            "instructions": "UCP MCP binding of this business: checkout tools and agent verbs. "
+            'Pass meta["ucp-agent"].profile in every tool call.',
+        }
+
+    async def ping(self, req: Request) -> dict[str, Any]:
+        return {}
+
+    async def tools_list(self, req: Request) -> dict[str, Any]:
+        # every verb of the ucp surface, as on every other door (parity); calls are authorised at dispatch
+        verbs = listed(self.rt.registry, surface=SURFACE)
+        tools = [t.definition for t in self.tools.values()] + verb_tools(published(verbs))
+        return {"tools": tools}
+
+    def _caller(self, arguments: Mapping[str, Any]) -> Principal:
+        if self.principal is not None:
+            if self.principal.kind == "buyer":
+                profile = profile_from_meta(arguments, allow_http=self.settings.dev_mode)
+                if profile != self.principal.subject:  # UCP N9: the signer acts only for its own profile
+                    raise _Forbidden('meta["ucp-agent"].profile differs from the signing agent\'s profile')
+            return self.principal
+        profile = profile_from_meta(arguments, allow_http=self.settings.dev_mode)
+        return Principal("buyer", self.company.id, "buyer", profile, SURFACE)
+
+    async def tools_call(self, req: Request) -> dict[str, Any]:
+        params = req.params if isinstance(req.params, Mapping) else None
+        name = params.get("name") if params else None
+        arguments = params.get("arguments", {}) if params else None
+        if not isinstance(name, str) or not isinstance(arguments, Mapping):
+            raise RpcError(INVALID_PARAMS, "tools/call needs a string name and an object arguments")
+        tool = self.tools.get(name)
+        if tool is not None:
+            principal = self._caller(arguments)
+            payload = await tool.call(McpCall(self.request, self.company, principal, arguments))
+            return call_result(payload, is_error=False)
+        verb = from_tool_name(name)
+        if verb not in self.rt.registry and not is_blocked_name(verb):
+            raise RpcError(INVALID_PARAMS, f"unknown tool: {name[:100]}")
+        principal = self._caller(arguments)
+        body = split_control(name, {k: v for k, v in arguments.items() if k != "meta"})
+        call = _call_from(body)
+        env = await self.rt.dispatcher.dispatch(principal, call, company=self.company)
+        return call_result(env)
+
+
+def _call_from(body: Mapping[str, Any]) -> Call:
+    confirm = body.get("confirm", False)
+    if not isinstance(confirm, bool):
+        raise RpcError(INVALID_PARAMS, "_confirm must be a boolean")
+    for k in ("typed_phrase", "nonce", "idempotency_key"):
+        if body.get(k) is not None and not isinstance(body[k], str):
+            raise RpcError(INVALID_PARAMS, f"_{k} must be a string")
+    return Call(body["verb"][:200], body["args"], confirm, body.get("typed_phrase"), body.get("nonce"),
+                body.get("idempotency_key"))  # fmt: skip
+
+
+def _origin_ok(request: web.Request) -> bool:
+    """MCP transports spec: validate Origin (DNS rebinding). Absent Origin: not a browser."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    host = urlsplit(origin).netloc.lower()
+    return host == request.host.lower()
+
+
+def _rpc_response(outcome: jsonrpc.Outcome) -> web.Response:
+    if outcome.body is None:
+        return web.Response(status=202)
+    return web.json_response(outcome.body, status=outcome.http_status)
+
+
+async def mcp_post(request: web.Request) -> web.Response:
+    """POST /ucp/mcp: one JSON-RPC message (or a 2025-03-26 batch)."""
+    if not _origin_ok(request):
+        err = RpcError(jsonrpc.UCP_PROTOCOL_ERROR, "Origin not allowed", {"code": "forbidden"}, http_status=403)
+        return web.json_response(jsonrpc.error_response(None, err), status=403)
+    version = request.headers.get("MCP-Protocol-Version")
+    if version is not None and version not in PROTOCOL_VERSIONS:
+        err = RpcError(jsonrpc.INVALID_REQUEST, f"unsupported MCP-Protocol-Version {version[:40]!r}",
+                       http_status=400)  # fmt: skip
+        return web.json_response(jsonrpc.error_response(None, err), status=400)
+    company = request.get(REQ_COMPANY)
+    if company is None:
+        raise NotFound("this host serves no company")
+    principal = await principal_for(request, company)
+    body = await request.read()
+    handlers = _Handlers(request, company, principal)
+    return _rpc_response(
+        await jsonrpc.handle_payload(body, handlers.methods(), allow_batch=jsonrpc.batch_allowed(version))
+    )
+
+
+async def mcp_get(request: web.Request) -> web.Response:
+    """GET/DELETE /ucp/mcp: no server-initiated stream, no sessions (MCP: 405 is allowed)."""
+    raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+
+
+def _request_id(raw: bytes) -> str | int | None:
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    rid = obj.get("id") if isinstance(obj, dict) else None
+    return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+
+
+@web.middleware
+async def mcp_error_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """On ``/ucp/mcp`` only: turn a REST-shaped protocol error (``{"code","content"}`` from the
+    error, tenancy or signature layers) into a JSON-RPC error with the same HTTP status."""
+    if request.path != MCP_PATH or request.method != "POST":
+        return await handler(request)
+    try:
+        resp = await handler(request)
+    except web.HTTPException as exc:
+        resp = web.json_response({"code": "invalid_request", "content": exc.reason}, status=exc.status)
+    if resp.status < 400 or not isinstance(resp, web.Response) or not isinstance(resp.body, bytes):
+        return resp
+    try:
+        body = json.loads(resp.body)
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if isinstance(body, dict) and body.get("jsonrpc") == "2.0":
+        return resp
+    code = body.get("code") if isinstance(body, dict) and isinstance(body.get("code"), str) else "error"
+    content = body.get("content") if isinstance(body, dict) and isinstance(body.get("content"), str) else ""
+    exc = GatewayError(content or code, code=code)
+    exc.http_status = resp.status  # type: ignore[misc]  # instance override: keep the wire status
+    err = jsonrpc.rpc_error_from_gateway(exc)
+    try:
+        raw = await request.read()
+    except (web.HTTPException, OSError, ValueError):  # body too large or already consumed
+        raw = b""
+    out = web.json_response(jsonrpc.error_response(_request_id(raw), err), status=err.http_status)
+    for h in ("Retry-After", "WWW-Authenticate", "Request-Id"):
+        if h in resp.headers:
+            out.headers[h] = resp.headers[h]
+    return out

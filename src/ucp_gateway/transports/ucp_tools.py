@@ -1,0 +1,162 @@
+"""The UCP shopping tools of the MCP binding (UCP checkout-mcp.md, order-mcp.md), on the same
+commerce service, negotiation, idempotency store and rate limiter as the REST binding.
+
+Tools: ``create_checkout``, ``get_checkout``, ``update_checkout``, ``complete_checkout``,
+``cancel_checkout``, ``get_order``. Arguments: ``meta`` (required on all: ``{"ucp-agent":
+{"profile": url}, "idempotency-key"?}``; the key is required for complete and cancel), ``id`` for
+the resource, ``checkout`` for the payload (it must not contain ``id``). The UCP payload is the
+result's ``structuredContent`` (plus a text copy); business outcomes, the error envelope included,
+are results; protocol errors (negotiation, idempotency conflict, rate limit) are JSON-RPC errors.
+No ``outputSchema`` is declared: one tool answers either a checkout or an error envelope.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from ..appkeys import DATABASE, SETTINGS
+from ..commerce import service
+from ..commerce.context import RateLimited, build_context, caller_of, negotiate
+from ..commerce.idempotency import JSON, Stored, fingerprint, run_idempotent, serialize
+from ..commerce.web import COMMERCE_LIMITER
+from ..db import tenant_tx
+from ..errors import BadRequest, GatewayError
+from .ucp_mcp import McpCall, McpTool
+
+__all__ = ["UCP_TOOL_NAMES", "ucp_tools"]
+
+UCP_TOOL_NAMES = ("create_checkout", "get_checkout", "update_checkout", "complete_checkout", "cancel_checkout",
+                  "get_order")  # fmt: skip
+
+_META = {
+    "type": "object",
+    "properties": {
+        "ucp-agent": {"type": "object", "properties": {"profile": {"type": "string"}}, "required": ["profile"]},
+        "idempotency-key": {"type": "string", "minLength": 1, "maxLength": 255},
+    },
+    "required": ["ucp-agent"],
+}
+_META_KEYED = {**_META, "required": ["ucp-agent", "idempotency-key"]}
+_ID = {"type": "string", "minLength": 1}
+_CHECKOUT = {"type": "object", "description": "The UCP checkout payload (without id)."}
+
+Op = Callable[[asyncpg.Connection, Any, Mapping[str, Any]], Awaitable[service.Outcome]]
+
+
+def _schema(*, keyed: bool = False, id_: bool = False, checkout: bool = False) -> dict[str, Any]:
+    props: dict[str, Any] = {"meta": _META_KEYED if keyed else _META}
+    req = ["meta"]
+    if id_:
+        props["id"], req = _ID, [*req, "id"]
+    if checkout:
+        props["checkout"], req = _CHECKOUT, [*req, "checkout"]
+    return {"type": "object", "properties": props, "required": req}
+
+
+def _checkout_arg(args: Mapping[str, Any], *, required: bool = True) -> dict[str, Any]:
+    data = args.get("checkout", None if required else {})
+    if not isinstance(data, dict):
+        raise BadRequest("arguments.checkout must be an object")
+    if "id" in data:
+        raise BadRequest("arguments.checkout must not contain id (pass it as arguments.id)")
+    return data
+
+
+def _id_arg(args: Mapping[str, Any]) -> str:
+    v = args.get("id")
+    if not isinstance(v, str) or not v or len(v) > 200:
+        raise BadRequest("arguments.id must be a non-empty string")
+    return v
+
+
+def _stored_error(stored: Stored) -> GatewayError:
+    try:
+        body = json.loads(stored.body)
+    except ValueError:
+        body = {}
+    exc = GatewayError(str(body.get("content", "")), code=str(body.get("code", "error")))
+    exc.http_status = stored.status  # type: ignore[misc]  # the stored protocol error's status
+    return exc
+
+
+async def _agent(call: McpCall):
+    from ..discovery.agent_header import agent_from_meta
+
+    s = call.request.app[SETTINGS]
+    hosts = frozenset(h.lower() for h in s.dev_profile_hosts) if s.dev_mode else frozenset()
+    return agent_from_meta(call.arguments.get("meta") if isinstance(call.arguments.get("meta"), Mapping) else None,
+                           http_hosts=hosts)  # fmt: skip
+
+
+def _tool(name: str, operation: str, op: Op, schema: dict[str, Any], description: str, *, keyed: bool = False,
+          sign: bool = False) -> McpTool:  # fmt: skip
+    async def run(call: McpCall) -> Mapping[str, Any]:
+        request, company, args = call.request, call.company, call.arguments
+        agent = await _agent(call)
+        neg = await negotiate(request, company, operation, agent=agent)
+        try:
+            caller = caller_of(request, neg)
+        except BadRequest:
+            caller = agent.profile
+        wait = request.app[COMMERCE_LIMITER].take((company.id, caller))
+        if wait:
+            raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
+        ctx = build_context(request, company, caller, neg)
+        key = args["meta"].get("idempotency-key")
+        if keyed and not key:
+            raise BadRequest(f'meta["idempotency-key"] is required for {name}')
+        if key is not None and not (isinstance(key, str) and 1 <= len(key) <= 255):
+            raise BadRequest('meta["idempotency-key"] must be a string of 1-255 characters')
+        if sign:
+            from ..httpsig.web import mark_for_signing
+
+            mark_for_signing(request)
+        settings = request.app[SETTINGS]
+
+        async def once(conn: asyncpg.Connection) -> Stored:
+            out = await op(conn, ctx, args)
+            return Stored(out.status, JSON, serialize(out.body))
+
+        async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
+            if key:
+                payload = serialize({k: v for k, v in args.items() if k != "meta"})
+                stored = await run_idempotent(
+                    conn, company_id=company.id, caller=caller, key=key,
+                    fp=fingerprint("MCP", name, caller, payload), now=ctx.now,
+                    ttl=timedelta(seconds=settings.commerce_idempotency_ttl), op=lambda: once(conn),
+                )  # fmt: skip
+            else:
+                stored = await once(conn)
+        if stored.status >= 400:
+            raise _stored_error(stored)
+        return json.loads(stored.body)
+
+    definition = {"name": name, "description": description, "inputSchema": schema,
+                  "annotations": {"readOnlyHint": name.startswith("get_"), "openWorldHint": False}}  # fmt: skip
+    return McpTool(definition, run)
+
+
+def ucp_tools() -> dict[str, McpTool]:
+    """The six UCP shopping tools, by name."""
+    tools = [
+        _tool("create_checkout", "checkout", lambda c, ctx, a: service.create(c, ctx, _checkout_arg(a)),
+              _schema(checkout=True), "Create a checkout session (UCP checkout.md Create)."),
+        _tool("get_checkout", "checkout", lambda c, ctx, a: service.get(c, ctx, _id_arg(a)),
+              _schema(id_=True), "Get a checkout session by id."),
+        _tool("update_checkout", "checkout", lambda c, ctx, a: service.update(c, ctx, _id_arg(a), _checkout_arg(a)),
+              _schema(id_=True, checkout=True), "Replace the writable state of a checkout session."),
+        _tool("complete_checkout", "checkout",
+              lambda c, ctx, a: service.complete(c, ctx, _id_arg(a), _checkout_arg(a, required=False)),
+              _schema(keyed=True, id_=True), "Complete a checkout with payment; returns the order.",
+              keyed=True, sign=True),
+        _tool("cancel_checkout", "checkout", lambda c, ctx, a: service.cancel(c, ctx, _id_arg(a)),
+              _schema(keyed=True, id_=True), "Cancel a checkout session.", keyed=True),
+        _tool("get_order", "order", lambda c, ctx, a: service.get_order(c, ctx, _id_arg(a)),
+              _schema(id_=True), "Get an order by id (UCP order.md)."),
+    ]  # fmt: skip
+    return {t.definition["name"]: t for t in tools}

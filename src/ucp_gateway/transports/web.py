@@ -1,0 +1,44 @@
+"""Web wiring of the transports: one ``setup(app)`` for ``app.COMPONENTS`` (after the verbs runtime).
+
+Routes: ``POST/GET/DELETE /ucp/mcp`` (UCP MCP binding), the WebMCP endpoints (:mod:`.webmcp`).
+Middleware: :func:`.ucp_mcp.mcp_error_middleware`, placed just inside the request-id middleware so
+that every error on the MCP path, whoever raised it, leaves as a JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..appkeys import SETTINGS
+from ..verbs.web import VERBS
+from . import webmcp
+from .auth import dispatch_principal_middleware, remote_authenticator
+from .ucp_mcp import MCP_PATH, MCP_TOOLS, mcp_error_middleware, mcp_get, mcp_post
+
+__all__ = ["setup"]
+
+
+def setup(app: web.Application) -> None:
+    """Add the MCP and WebMCP routes and the MCP error middleware. Needs ``ucp_gateway.verbs.web.setup``
+    to have run (``app[VERBS]``)."""
+    settings = app[SETTINGS]
+    exempt = tuple(getattr(settings, "httpsig_exempt_prefixes", ()))
+    if hasattr(settings, "httpsig_exempt_prefixes") and webmcp.BASE + "/" not in exempt:
+        # browsers cannot sign requests: WebMCP is authenticated by its session cookie + CSRF instead
+        settings.httpsig_exempt_prefixes = (*exempt, webmcp.BASE + "/")
+    webmcp.setup_routes(app)  # first: it keeps the verbs runtime's own staff-token check
+    rt = app[VERBS]
+    rt.authenticator = remote_authenticator(rt.authenticator, rt.registry)
+    app.middlewares.append(dispatch_principal_middleware(rt.authenticator))
+    if MCP_TOOLS not in app:
+        app[MCP_TOOLS] = {}
+    try:
+        from .ucp_tools import ucp_tools
+    except ImportError:  # a build without the commerce package: verbs only
+        pass
+    else:
+        app[MCP_TOOLS].update(ucp_tools())
+    app.middlewares.insert(1 if len(app.middlewares) >= 1 else 0, mcp_error_middleware)
+    app.router.add_post(MCP_PATH, mcp_post)
+    app.router.add_get(MCP_PATH, mcp_get)
+    app.router.add_delete(MCP_PATH, mcp_get)

@@ -1,0 +1,62 @@
+"""WebMCP sessions and CSRF on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from ucp_gateway.errors import BadRequest
+from ucp_gateway.tenancy import create_company
+from ucp_gateway.transports.sessions import (
+    CsrfInvalid,
+    SessionRequired,
+    create_session,
+    csrf_for,
+    load_session,
+    revoke_session,
+    verify_csrf,
+)
+
+NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+
+
+async def test_session_round_trip_and_refusals(database):
+    pool = database.pool
+    a = await create_company(pool, slug="shop-a", display_name="A", hostnames=["a.test"])
+    b = await create_company(pool, slug="shop-b", display_name="B", hostnames=["b.test"])
+    token, s = await create_session(pool, a.id, subject="user:alice", role="admin", now=NOW, ttl=3600)
+    got = await load_session(pool, token, now=NOW)
+    assert (got.company_id, got.subject, got.role) == (a.id, "user:alice", "admin")
+
+    verify_csrf(token, csrf_for(token))
+    for forged in (None, "", csrf_for(token)[:-1] + "A", csrf_for(token + "x"), "é"):
+        with pytest.raises(CsrfInvalid):
+            verify_csrf(token, forged)
+
+    # across companies: the same secret under company B's id does not resolve (RLS + hash)
+    forged_token = token.replace(a.id.hex, b.id.hex)
+    for bad in (None, "", "garbage", forged_token, token + "x"):
+        with pytest.raises(SessionRequired):
+            await load_session(pool, bad, now=NOW)
+
+    with pytest.raises(SessionRequired):
+        await load_session(pool, token, now=NOW + dt.timedelta(seconds=3600))
+    await revoke_session(pool, s, now=NOW)
+    with pytest.raises(SessionRequired):
+        await load_session(pool, token, now=NOW)
+    with pytest.raises(BadRequest):
+        await create_session(pool, a.id, subject="u", role="god", now=NOW, ttl=60)
+
+
+async def test_token_hash_only_stored(database, pg_base_dsn):
+    pool = database.pool
+    a = await create_company(pool, slug="shop-c", display_name="C", hostnames=["c.test"])
+    token, _ = await create_session(pool, a.id, subject="user:bob", role="read_only", now=NOW, ttl=60)
+    from ucp_gateway.db import tenant_tx
+
+    async with tenant_tx(pool, a.id) as conn:
+        rows = await conn.fetch("SELECT * FROM webmcp_sessions")
+    assert len(rows) == 1 and token.encode() not in bytes(rows[0]["token_hash"])
+    async with tenant_tx(pool, (await create_company(pool, slug="shop-d", display_name="D")).id) as conn:
+        assert await conn.fetch("SELECT * FROM webmcp_sessions") == []  # RLS

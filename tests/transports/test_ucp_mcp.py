@@ -1,0 +1,108 @@
+"""The UCP MCP endpoint with the official MCP SDK client (Streamable HTTP) over a real socket."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+PROFILE = {"ucp-agent": {"profile": "https://agent.example/.well-known/ucp"}}
+
+
+async def _session(url, headers):
+    client = httpx2.AsyncClient(headers=headers, timeout=30)
+    return client
+
+
+async def test_sdk_client_lists_and_calls_verbs(gateway):
+    headers = {"Authorization": f"Bearer {gateway.tokens['owner']}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        async with streamable_http_client(gateway.url + "/ucp/mcp", http_client=http) as (r, w):
+            async with ClientSession(r, w) as s:
+                init = await s.initialize()
+                assert init.server_info.name == "ucp-gateway"
+                tools = (await s.list_tools()).tools
+                names = {t.name for t in tools}
+                assert "customer__context" in names and "capability__manifest" in names
+                assert all("." not in n for n in names)
+                assert "gdpr_delete_contact" not in names  # no ucp surface
+                res = await s.call_tool("customer__context", {"customer_id": "cust_1"})
+                assert not res.is_error
+                env = res.structured_content
+                assert env["ok"] is True and env["verb"] == "customer.context"
+                assert json.loads(res.content[0].text) == env
+                # a denial is a result (business outcome), not a protocol error
+                res = await s.call_tool("customer__context", {"customer_id": "cust_1", "bogus": 1})
+                assert res.is_error and res.structured_content["error"]["reason"] == "invalid_arguments"
+
+
+async def test_buyer_without_token_sees_buyer_verbs_and_needs_meta(gateway):
+    async with httpx2.AsyncClient(timeout=30) as http:
+        async with streamable_http_client(gateway.url + "/ucp/mcp", http_client=http) as (r, w):
+            async with ClientSession(r, w) as s:
+                await s.initialize()
+                tools = (await s.list_tools()).tools
+                verbs = {t.name for t in tools if t.title}  # verb tools carry their verb name as title
+                assert {"capability__manifest", "customer__context"} <= verbs  # listed as on every door
+                assert {"create_checkout", "complete_checkout", "get_order"} <= {t.name for t in tools}
+                res = await s.call_tool("capability__manifest", {"meta": PROFILE})
+                assert res.structured_content["ok"] is True
+                res = await s.call_tool("customer__context", {"customer_id": "cust_1", "meta": PROFILE})
+                assert res.structured_content["error"]["reason"] == "role_denied"
+
+
+async def _post(gateway, body, headers=None):
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            gateway.url + "/ucp/mcp",
+            data=body if isinstance(body, bytes) else json.dumps(body),
+            headers={"Content-Type": "application/json", **(headers or {})},
+        ) as resp:
+            text = await resp.text()
+            return resp.status, (json.loads(text) if text else None), resp.headers
+
+
+async def test_protocol_errors_are_jsonrpc(gateway):
+    status, body, _ = await _post(gateway, b"{nope")
+    assert status == 400 and body["error"]["code"] == -32700
+    status, body, _ = await _post(gateway, {"jsonrpc": "2.0", "id": 3, "method": "resources/list"})
+    assert body == {"jsonrpc": "2.0", "id": 3, "error": {"code": -32601, "message": "method not found: resources/list"}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 4,
+        "method": "tools/call",
+        "params": {"name": "capability__manifest", "arguments": {}},
+    }
+    status, body, _ = await _post(gateway, call)
+    assert status == 400 and body["error"]["code"] == -32001 and body["error"]["data"]["code"] == "invalid_profile_url"
+    call["params"]["name"] = "no_such_tool"
+    status, body, _ = await _post(gateway, call)
+    assert body["error"]["code"] == -32602 and body["id"] == 4
+    status, body, _ = await _post(gateway, call, {"Authorization": "Bearer ucpgw_st_forged"})
+    assert status == 401 and body["error"]["code"] == -32000 and body["id"] == 4
+    status, body, _ = await _post(gateway, call, {"MCP-Protocol-Version": "1999-01-01"})
+    assert status == 400 and body["error"]["code"] == -32600
+    status, body, _ = await _post(gateway, [call], {"MCP-Protocol-Version": "2025-11-25"})
+    assert status == 400 and body["error"]["code"] == -32600
+    status, body, _ = await _post(gateway, call, {"Origin": "https://evil.example"})
+    assert status == 403 and body["error"]["code"] == -32000
+    status, body, _ = await _post(gateway, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert status == 202 and body is None
+    status, body, _ = await _post(gateway, call, {"Host": "nobody.test"})  # no company: tenancy layer
+    assert status == 404 and body["error"]["code"] == -32000 and body["id"] == 4
+    status, body, _ = await _post(gateway, b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "x": "' + b"a" * (2 << 20)
+                                  + b'"}')  # fmt: skip
+    assert status == 413 and body["jsonrpc"] == "2.0" and "error" in body  # body too large, still JSON-RPC
+    async with aiohttp.ClientSession() as http:
+        async with http.get(gateway.url + "/ucp/mcp") as resp:
+            assert resp.status == 405
+
+
+async def test_blocked_verb_is_a_denial_envelope(gateway):
+    call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": "customer_delete", "arguments": {"meta": PROFILE}}}  # fmt: skip
+    status, body, _ = await _post(gateway, call, {"Authorization": f"Bearer {gateway.tokens['owner']}"})
+    assert status == 200 and body["result"]["structuredContent"]["error"]["reason"] == "blocked_verb"

@@ -1,0 +1,144 @@
+"""Acceptance: the official MCP SDK client completes a flower-shop checkout over the UCP MCP endpoint
+with every HTTP request signed (RFC 9421, the agent's key published in its platform profile)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import uuid
+
+import httpx2
+import pytest
+from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric import ec
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import SecretStr
+
+from tests.commerce.conftest import Platform
+from ucp_gateway.app import create_app
+from ucp_gateway.clock import SystemClock
+from ucp_gateway.demo.seed import seed_demo
+from ucp_gateway.keys import ensure_active_key
+from ucp_gateway.transports.agentkey import AgentKey
+
+
+class SigningAuth(httpx2.Auth):
+    """Signs every request of the SDK's HTTP client with the agent key (transport-level
+    Idempotency-Key per POST, as the gateway's verifier requires it covered)."""
+
+    requires_request_body = True
+
+    def __init__(self, key: AgentKey):
+        self.key = key
+
+    def auth_flow(self, request):
+        headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+        if request.method == "POST":
+            headers["Idempotency-Key"] = str(uuid.uuid4())
+        signed = self.key.sign(request.method, str(request.url), headers, request.content, now=SystemClock().now())
+        for k, v in signed.items():
+            request.headers[k] = v
+        yield request
+
+
+@pytest.fixture
+async def signed_shop(database, db_settings, tmp_path):
+    key = ec.generate_private_key(ec.SECP256R1())
+    platform = Platform()
+    await platform.start()
+    agent = AgentKey("agent-key-1", key, f"{platform.base}/profile/a.json")
+    platform.signing_keys = [agent.public_jwk()]
+    company = (await seed_demo(database, db_settings)).company
+    ring = "k1:" + base64.b64encode(os.urandom(32)).decode()
+    s = db_settings.model_copy(
+        update={
+            "webhook_worker": False,
+            "dev_profile_hosts": ["127.0.0.1"],
+            "public_scheme": "http",
+            "kek_ring": SecretStr(ring),
+            "keys_dir": tmp_path,
+        }
+    )
+    app = create_app(s, database=database)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    await ensure_active_key(database.pool, company.id, now=SystemClock().now())
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", agent, company
+    finally:
+        await runner.cleanup()
+        await platform.runner.cleanup()
+
+
+def _meta(agent, key=None):
+    m = {"ucp-agent": {"profile": agent.profile_url}}
+    if key:
+        m["idempotency-key"] = key
+    return m
+
+
+async def test_signed_mcp_checkout(signed_shop):
+    base, agent, _ = signed_shop
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with streamable_http_client(base + "/ucp/mcp", http_client=http) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            names = {t.name for t in (await s.list_tools()).tools}
+            assert {"create_checkout", "get_checkout", "update_checkout", "complete_checkout", "cancel_checkout",
+                    "get_order"} <= names  # fmt: skip
+            create = {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 2}]}
+            res = await s.call_tool("create_checkout", {"meta": _meta(agent), "checkout": create})
+            co = res.structured_content
+            assert not res.is_error and co["id"].startswith("chk_") and json.loads(res.content[0].text) == co
+            upd = {**create, "fulfillment": {"methods": [{"type": "shipping", "destinations": [{
+                "id": "home", "street_address": "1 Elm St", "address_locality": "Springfield",
+                "postal_code": "62704", "address_country": "US"}], "selected_destination_id": "home"}]}}  # fmt: skip
+            co = await s.call_tool("update_checkout", {"meta": _meta(agent), "id": co["id"], "checkout": upd})
+            co = co.structured_content
+            group = co["fulfillment"]["methods"][0]["groups"][0]
+            upd["fulfillment"]["methods"][0]["groups"] = [
+                {"id": group["id"], "selected_option_id": group["options"][0]["id"]}
+            ]
+            upd["discounts"] = {"codes": ["10OFF"]}
+            co = await s.call_tool("update_checkout", {"meta": _meta(agent), "id": co["id"], "checkout": upd})
+            co = co.structured_content
+            assert co["status"] == "ready_for_complete", co
+            pay = {"payment": {"instruments": [{"id": "instr_1", "handler_id": "mock_payment_handler",
+                   "type": "card", "credential": {"type": "token", "token": "success_token"}}]}}  # fmt: skip
+            # complete needs meta["idempotency-key"]: a protocol error without it
+            with pytest.raises(MCPError) as err:
+                await s.call_tool("complete_checkout", {"meta": _meta(agent), "id": co["id"], "checkout": pay})
+            assert err.value.code == -32602
+            key = str(uuid.uuid4())
+            done = await s.call_tool("complete_checkout", {"meta": _meta(agent, key), "id": co["id"], "checkout": pay})
+            body = done.structured_content
+            assert body["status"] == "completed" and body["order"]["id"] and "success_token" not in done.content[0].text
+            again = await s.call_tool("complete_checkout", {"meta": _meta(agent, key), "id": co["id"], "checkout": pay})
+            assert again.structured_content == body  # idempotent replay
+            with pytest.raises(MCPError) as err:  # same key, other payload: 409 -> -32000
+                await s.call_tool("complete_checkout", {"meta": _meta(agent, key), "id": co["id"], "checkout": {}})
+            assert err.value.code == -32000
+            order = await s.call_tool("get_order", {"meta": _meta(agent), "id": body["order"]["id"]})
+            assert order.structured_content["id"] == body["order"]["id"]
+            missing = await s.call_tool("get_checkout", {"meta": _meta(agent), "id": "chk_nope"})
+            assert missing.structured_content["ucp"]["status"] == "error"  # business outcome: a result
+            with pytest.raises(MCPError) as err:  # the signer may act only for its own profile
+                await s.call_tool("get_checkout", {"meta": {"ucp-agent": {"profile": "https://other.example/p"}},
+                                                   "id": co["id"]})  # fmt: skip
+            assert err.value.code == -32000
+
+
+async def test_unsigned_request_is_a_jsonrpc_error(signed_shop):
+    base, agent, _ = signed_shop
+    call = {"jsonrpc": "2.0", "id": 11, "method": "tools/call",
+            "params": {"name": "get_checkout", "arguments": {"meta": _meta(agent), "id": "chk_x"}}}  # fmt: skip
+    async with httpx2.AsyncClient(timeout=30) as http:
+        resp = await http.post(base + "/ucp/mcp", json=call, headers={"UCP-Agent": f'profile="{agent.profile_url}"'})
+    body = resp.json()
+    assert resp.status_code == 401 and body["id"] == 11 and body["error"]["code"] == -32000
+    assert body["error"]["data"]["code"]
