@@ -32,7 +32,7 @@ __all__ = ["COMMAND_MODULES", "build_parser", "common_parser", "emit", "main"]
 # Modules with a ``register(subparsers)`` function; each adds its own commands.
 COMMAND_MODULES: list[str] = [
     "ucp_gateway.discovery.cli",  # partners add|list|remove|policy
-    "ucp_gateway.verbs.cli",  # verbs list|token|seed-demo, agent dispatch, audit verify
+    "ucp_gateway.verbs.cli",  # verbs list|seed-demo, agent dispatch, audit verify
     "ucp_gateway.keys.cli",  # keys ..., admin-tokens create (issue 3)
     "ucp_gateway.transports.cli",  # mcp, shortcuts; --gateway on verbs list / agent dispatch
 ]

@@ -217,13 +217,21 @@ async def test_cli_keys_and_tokens(db_settings, database, two_companies, capsys,
         )
         tok = json.loads(capsys.readouterr().out)["token"]
         assert (await authenticate_admin(database.pool, f"Bearer {tok}")).role == "owner"
-        assert await run("keys", "compromise", "--company", "acme", k["kid"], "--data-dir", str(tmp_path)) == 0
+        assert await run("keys", "compromise", "--company", "acme", "--data-dir", str(tmp_path), "--", k["kid"]) == 0
         assert await run("keys", "rewrap", "--json", "--data-dir", str(tmp_path)) == 0
         assert json.loads(capsys.readouterr().out)["rewrapped"] == 0
-        assert await run("keys", "retire", "--company", "acme", k["kid"], "--data-dir", str(tmp_path)) == 1
+        assert await run("keys", "retire", "--company", "acme", "--data-dir", str(tmp_path), "--", k["kid"]) == 1
         assert (tmp_path / "keys" / "dev.kek").exists()
     finally:
         mp.undo()
         # main() configured logging onto capsys's stream; put the previous setup back
         structlog.configure(**saved_structlog)
         logging.getLogger().handlers[:] = saved_handlers
+
+
+def test_kid_starting_with_dash_parses_after_double_dash():
+    """Regression: RFC 7638 kids are base64url and may start with '-'; argparse read them as options."""
+    from ucp_gateway.cli import build_parser
+
+    args = build_parser().parse_args(["keys", "retire", "--company", "acme", "--", "-AbC_123"])
+    assert args.kid == "-AbC_123" and args.company == "acme"

@@ -129,7 +129,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ):
         p = ks.add_parser(name, help=help_, parents=[common_parser()])
         p.add_argument("--company", required=True, help="company slug or id")
-        p.add_argument("kid")
+        # a base64url kid may start with '-': pass it after '--' (ucp-gateway keys retire --company s -- -Ab...)
+        p.add_argument("kid", help="the key's kid (after '--' when it starts with '-')")
         p.add_argument("--reason")
         if name == "activate":
             p.add_argument("--force", action="store_true", help="skip the minimum publication time")
