@@ -139,9 +139,7 @@ def _webhook_url(capabilities: Mapping[str, Sequence[Mapping[str, Any]]]) -> str
     return None
 
 
-async def negotiate(
-    request: web.Request, company: Company, operation: str, *, agent: Any = None
-) -> Negotiation | None:
+async def negotiate(request: web.Request, company: Company, operation: str, *, agent: Any = None) -> Negotiation | None:
     """Run discovery's negotiation (UCP overview "Negotiation") when the discovery package is set up.
 
     ``agent``: an ``AgentHeader`` taken from MCP ``meta["ucp-agent"]`` instead of the header.
