@@ -40,7 +40,12 @@ def _free_port() -> int:
 def _settings(data_dir: str, log_level: str):
     from ucp_gateway.config import Settings
 
-    return Settings(data_dir=Path(data_dir), log_level=log_level, environment="production")
+    import secrets
+
+    # production path, so production's required secret is given (a fresh one per run)
+    return Settings(
+        data_dir=Path(data_dir), log_level=log_level, environment="production", verbs_nonce_secret=secrets.token_hex(32)
+    )
 
 
 def _run_gateway(port: int, data_dir: str, log_level: str) -> None:
