@@ -38,9 +38,9 @@ def _free_port() -> int:
 
 
 def _settings(data_dir: str, log_level: str):
-    from ucp_gateway.config import Settings
-
     import secrets
+
+    from ucp_gateway.config import Settings
 
     # production path, so production's required secret is given (a fresh one per run)
     return Settings(

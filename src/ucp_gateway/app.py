@@ -97,11 +97,17 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
         app[DATABASE] = database
     else:
         app.cleanup_ctx.append(_database_ctx)
+    app.on_response_prepare.append(_server_header)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     for setup in COMPONENTS:
         setup(app)
     return app
+
+
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    # no framework or Python version on the wire (aiohttp would add "Python/3.x aiohttp/3.x")
+    response.headers["Server"] = "ucp-gateway"
 
 
 async def _database_ctx(app: web.Application) -> AsyncIterator[None]:

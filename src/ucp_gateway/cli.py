@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,7 +144,7 @@ async def cmd_companies_show(args: argparse.Namespace, settings: Settings) -> in
         c = await get_company(db.pool, args.slug)
         subs = await list_subagents(db.pool, c.id)
     data = c.to_json() | {"subagents": subs}
-    lines = [f"{k}: {v}" for k, v in c.to_json().items()]
+    lines = [f"{k}: {', '.join(v) if isinstance(v, list) else v}" for k, v in c.to_json().items()]
     lines.append("subagents: " + ", ".join(f"{n}{'' if e else ' (disabled)'}" for n, e in subs.items()))
     emit(args, data, "\n".join(lines))
     return 0
@@ -234,12 +235,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "serve" and "log_level" not in settings.model_fields_set:
             settings.log_level = "warning"  # keep one-shot commands quiet on stderr
         configure_logging(settings)
-        return asyncio.run(args.func(args, settings)) or 0
+        code = asyncio.run(args.func(args, settings)) or 0
+        sys.stdout.flush()  # surface a closed pipe here, not at interpreter exit
+        return code
     except GatewayError as exc:
         print(f"ucp-gateway: error: {exc.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `ucp-gateway companies list --json | head`: the reader is gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit flush
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

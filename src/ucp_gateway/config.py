@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     shutdown_timeout: float = Field(default=10.0, gt=0)
     host_cache_ttl: float = Field(default=2.0, ge=0, description="seconds a Host -> company lookup is cached")
     client_max_size: int = Field(default=1 << 20, ge=1024, description="largest request body accepted, bytes")
+    body_read_timeout: float = Field(default=10.0, gt=0, description="seconds to receive a request body (408 after)")
     demo: bool = False
 
     # --- discovery / vendor namespace (see docs/architecture.md) -----------------------------
@@ -66,7 +67,14 @@ class Settings(BaseSettings):
     httpsig_future_skew: int = Field(default=30, ge=0, description="Tolerated future created (s).")
     httpsig_tag: str | None = Field(default=None, description="If set, only signatures with this tag count.")
     httpsig_allow_es384: bool = True
-    httpsig_exempt_prefixes: tuple[str, ...] = ("/.well-known/", "/admin/", "/healthz", "/readyz")
+    # the verb manifest is public (issue 5: "public, Cache-Control: public, max-age=300")
+    httpsig_exempt_prefixes: tuple[str, ...] = (
+        "/.well-known/",
+        "/admin/",
+        "/healthz",
+        "/readyz",
+        "/api/v1/agent/verbs",
+    )
     httpsig_staff_prefixes: tuple[str, ...] = Field(
         default=("/api/v1/agent/dispatch",),
         description="Routes where unsigned staff calls with an admin API bearer token are let through to "

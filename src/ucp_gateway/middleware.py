@@ -91,6 +91,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         code = _HTTP_CODES.get(exc.status, "error")
         headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
         return json_error(exc.status, code, exc.reason, headers)
+    except ConnectionResetError:  # the client went away mid-request: nobody to answer, not a server fault
+        request.app[ACCESS_LOG].info("client_disconnected", path=request.path)  # type: ignore[attr-defined]
+        return json_error(400, "client_disconnected", "the client closed the connection")
     except Exception:  # the transport boundary: log with request id, answer a generic 500
         request.app[ACCESS_LOG].exception("unhandled_error", path=request.path)  # type: ignore[attr-defined]
         return json_error(500, "internal_error", "internal error; quote the Request-Id when reporting")

@@ -30,7 +30,7 @@ async def test_session_round_trip_and_refusals(database):
     assert (got.company_id, got.subject, got.role) == (a.id, "user:alice", "admin")
 
     verify_csrf(token, csrf_for(token))
-    for forged in (None, "", csrf_for(token)[:-1] + "A", csrf_for(token + "x"), "é"):
+    for forged in (None, "", _flip_last(csrf_for(token)), csrf_for(token + "x"), "é"):
         with pytest.raises(CsrfInvalid):
             verify_csrf(token, forged)
 
@@ -60,3 +60,8 @@ async def test_token_hash_only_stored(database, pg_base_dsn):
     assert len(rows) == 1 and token.encode() not in bytes(rows[0]["token_hash"])
     async with tenant_tx(pool, (await create_company(pool, slug="shop-d", display_name="D")).id) as conn:
         assert await conn.fetch("SELECT * FROM webmcp_sessions") == []  # RLS
+
+
+def _flip_last(value: str) -> str:
+    """The same token with its last character changed (regression: appending "A" could equal it)."""
+    return value[:-1] + ("B" if value[-1] == "A" else "A")

@@ -175,7 +175,7 @@ async def _render_document(app: web.Application, host: str, company: Company | N
 
 
 async def _render(app: web.Application, request: web.Request) -> tuple[bytes, str]:
-    host = request.host
+    host = request.host.lower()  # hosts are case-insensitive (RFC 9110 §4.2.3); one rendering per host
 
     async def render() -> bytes:
         company = request.get(REQ_COMPANY, ...)
@@ -190,6 +190,14 @@ async def _render(app: web.Application, request: web.Request) -> tuple[bytes, st
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$")
 
 
+def _valid_host(host: str) -> bool:
+    """A plain host[:port] with a port in 1-65535 (it is echoed into the profile's URLs)."""
+    if not _HOST.match(host):
+        return False
+    port = host.rsplit(":", 1)[1] if ":" in host and not host.endswith("]") else None
+    return port is None or 0 < int(port) <= 65535
+
+
 def _bad_host() -> web.Response:
     return web.json_response({"code": "invalid_request", "content": "invalid Host header"}, status=400)
 
@@ -197,7 +205,7 @@ def _bad_host() -> web.Response:
 async def well_known_ucp(request: web.Request) -> web.Response:
     """``GET /.well-known/ucp``: company profile on a company host, platform node otherwise.
     A Host that is not a plain host[:port] is refused (400): it would be echoed into URLs."""
-    if not _HOST.match(request.host):
+    if not _valid_host(request.host):
         return _bad_host()
     body, etag = await _render(request.app, request)
     return _hosted(request, body, etag, JSON, request.app[SETTINGS].profile_max_age)
@@ -205,14 +213,14 @@ async def well_known_ucp(request: web.Request) -> web.Response:
 
 async def agent_graph(request: web.Request) -> web.Response:
     """``GET /ucp/agent-graph?cursor=...``: one page of the platform's companies."""
-    if not _HOST.match(request.host):
+    if not _valid_host(request.host):
         return _bad_host()
     cursor = request.query.get("cursor")
     try:
         after = decode_cursor(cursor) if cursor else None
     except GatewayError as exc:
         return web.json_response(exc.to_body(), status=exc.http_status)
-    page = await _graph_page(request.app, request.host, after)
+    page = await _graph_page(request.app, request.host.lower(), after)
     body = json.dumps(page, separators=(",", ":")).encode()
     return _hosted(request, body, make_etag(body), JSON, request.app[SETTINGS].profile_max_age)
 

@@ -14,6 +14,7 @@ URL components come from the configured scheme + the Host (allow-listed: it reso
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import re
@@ -200,7 +201,16 @@ async def signature_middleware(
     rendered here as ``{"code","content"}`` with the UCP status, never as 500."""
     settings: Settings = request.app[SETTINGS]
     pool = request.app[DATABASE].pool
-    body = await request.read()
+    if request.match_info.http_exception is not None:
+        return await handler(request)  # no such route (404/405): nothing to verify
+    try:
+        # a client that announces more body than it sends must not hold a handler forever
+        async with asyncio.timeout(settings.body_read_timeout):
+            body = await request.read()
+    except TimeoutError:
+        return web.json_response(
+            {"code": "request_timeout", "content": "request body not received in time"}, status=408
+        )
     request[REQ_RAW_BODY] = body
     company = request[REQ_COMPANY] if REQ_COMPANY in request else await resolve_host(pool, request.host)
     request[REQ_SIGNATURE] = None
