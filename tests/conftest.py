@@ -87,6 +87,7 @@ async def db_settings(pg_base_dsn, template_db, tmp_path) -> AsyncIterator[Setti
         yield Settings(
             database_url=with_database(pg_base_dsn, name),
             data_dir=tmp_path / "data",
+            keys_dir=tmp_path / "data" / "keys",  # the test's own dev KEK ring, never the repo's keys/
             environment="development",
             log_level="warning",
         )

@@ -181,3 +181,18 @@ def test_demo_flag_implies_development_and_http_unless_set(monkeypatch):
     monkeypatch.setenv("UCPGW_PUBLIC_SCHEME", "https")
     s = _settings_from(build_parser().parse_args(["serve", "--demo"]))
     assert (s.environment, s.public_scheme) == ("production", "https")
+
+
+def test_new_company_gets_its_first_key_at_creation(db_env, tmp_path):
+    """Regression: a company created while the gateway ran published no key until the scheduler ran."""
+    env = db_env | {"UCPGW_ENVIRONMENT": "development", "UCPGW_KEYS_DIR": str(tmp_path / "keys")}
+    p = run(["companies", "create", "fresh", "--host", "fresh.example", "--json"], env)
+    assert p.returncode == 0, p.stderr
+    kid = json.loads(p.stdout)["active_kid"]
+    assert kid and len(kid) == 43  # RFC 7638 SHA-256 thumbprint, base64url
+    listed = json.loads(run(["keys", "list", "--company", "fresh", "--json"], env).stdout)
+    assert [(k["kid"], k["state"]) for k in listed] == [(kid, "active")]
+    # production without a KEK ring: created, with a one-line warning and no key yet
+    p = run(["companies", "create", "later", "--json"], db_env)
+    assert p.returncode == 0 and json.loads(p.stdout)["active_kid"] is None
+    assert p.stderr.strip().startswith("ucp-gateway: warning: no KEK ring")

@@ -113,7 +113,14 @@ async def cmd_companies_create(args: argparse.Namespace, settings: Settings) -> 
             tier=args.tier,
             signature_policy=args.signature_policy,
         )
-    emit(args, c.to_json(), f"created company {c.slug} ({c.id})")
+        from datetime import UTC, datetime
+
+        from .keys import bootstrap_company_key  # its first signing key, published at once
+
+        kid = await bootstrap_company_key(db, settings, c.id, now=datetime.now(UTC))
+    if kid is None:
+        print("ucp-gateway: warning: no KEK ring configured; the company's first key comes later", file=sys.stderr)
+    emit(args, c.to_json() | {"active_kid": kid}, f"created company {c.slug} ({c.id}), key {kid or 'pending'}")
     return 0
 
 

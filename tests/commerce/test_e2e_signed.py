@@ -5,14 +5,11 @@ byte-identical answer for a replayed complete."""
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
-from pydantic import SecretStr
 
 from ucp_gateway.commerce.webhooks import WebhookWorker, _default_signer, profile_target_resolver
 from ucp_gateway.db import tenant_tx
@@ -33,10 +30,10 @@ async def buyer():
 
 @pytest.fixture
 async def shop(aiohttp_client, database, db_settings, company, tmp_path):
-    ring = "k1:" + base64.b64encode(os.urandom(32)).decode()
     async with tenant_tx(database.pool, company.id) as conn:  # the production default
         await conn.execute("UPDATE companies SET signature_policy = 'required' WHERE id = $1", company.id)
-    app = make_app(database, db_settings, public_scheme="http", kek_ring=SecretStr(ring), keys_dir=tmp_path)
+    # the shop's first key was made at seed time under the test's dev KEK ring, which the app loads too
+    app = make_app(database, db_settings, public_scheme="http")
     client = await aiohttp_client(app)
     await ensure_active_key(database.pool, company.id, now=_now())
     return client

@@ -3,9 +3,7 @@ with every HTTP request signed (RFC 9421, the agent's key published in its platf
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import uuid
 
 import httpx2
@@ -15,7 +13,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from pydantic import SecretStr
 
 from tests.commerce.conftest import Platform
 from ucp_gateway.app import create_app
@@ -52,14 +49,12 @@ async def signed_shop(database, db_settings, tmp_path):
     agent = AgentKey("agent-key-1", key, f"{platform.base}/profile/a.json")
     platform.signing_keys = [agent.public_jwk()]
     company = (await seed_demo(database, db_settings)).company
-    ring = "k1:" + base64.b64encode(os.urandom(32)).decode()
+    # the shop's first key was made at seed time under the test's dev KEK ring, which the app loads too
     s = db_settings.model_copy(
         update={
             "webhook_worker": False,
             "dev_profile_hosts": ["127.0.0.1"],
             "public_scheme": "http",
-            "kek_ring": SecretStr(ring),
-            "keys_dir": tmp_path,
         }
     )
     app = create_app(s, database=database)

@@ -20,13 +20,9 @@ async def commerce_demo_seeder(db: Database, company: Company, settings: Setting
     """``DEMO_SEEDERS`` entry (idempotent): the demo shop gets its first signing key (complete
     responses and order webhooks are signed, and signing fails closed without one); in conformance
     mode its signature policy becomes ``off``."""
-    from ..errors import ConfigError
-    from ..keys import ensure_active_key
+    from ..keys import bootstrap_company_key
 
-    try:  # the keys component attached its KEK vault to this pool
-        await ensure_active_key(db.pool, company.id, now=datetime.now(UTC))
-    except ConfigError:  # no KEK ring attached to this pool (e.g. `demo seed` without the keys component)
-        pass
+    await bootstrap_company_key(db, settings, company.id, now=datetime.now(UTC))
     if not settings.conformance_mode or not settings.dev_mode:
         return
     async with tenant_tx(db.pool, company.id) as conn:

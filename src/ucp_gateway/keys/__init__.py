@@ -17,6 +17,7 @@ from .admin_tokens import (
     require_role,
     role_at_least,
 )
+from .bootstrap import bootstrap_company_key
 from .envelope import KekRing, KeyDecryptError
 from .lifecycle import TRANSITIONS, IllegalTransition, KeyEvent, KeyState
 from .repository import (
@@ -54,6 +55,7 @@ __all__ = [
     "apply_event",
     "attach_vault",
     "authenticate_admin",
+    "bootstrap_company_key",
     "compromise_key",
     "create_admin_token",
     "ensure_active_key",
