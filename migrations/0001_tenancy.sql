@@ -1,7 +1,7 @@
 -- 0001: roles, the tenant-context function, platform, companies, hostnames, sub-agents.
 -- Conventions for every later migration (docs/architecture.md, "Data"):
---   * a tenant table has company_id uuid NOT NULL, RLS ENABLED and FORCED, and the policy
---     tenant_isolation USING/WITH CHECK (company_id = app_company_id());
+--   * a tenant table has company_id uuid NOT NULL and is passed to tenant_table(), which sets RLS
+--     ENABLED and FORCED with the policy tenant_isolation (company_id = app_company_id());
 --   * privileges are granted to the group role ucp_app, never to a login role;
 --   * money is bigint minor units beside a currency char(3).
 
@@ -23,6 +23,19 @@ CREATE FUNCTION app_company_id() RETURNS uuid
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$ SELECT NULLIF(current_setting('app.company_id', true), '')::uuid $$;
 GRANT EXECUTE ON FUNCTION app_company_id() TO ucp_app;
+
+-- Make a table a tenant table: RLS enabled and FORCED, policy tenant_isolation on company_id.
+-- Owner-only (migrations call it); privileges stay explicit in each migration.
+CREATE FUNCTION tenant_table(t regclass) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', t);
+    EXECUTE format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', t);
+    EXECUTE format('CREATE POLICY tenant_isolation ON %s USING (company_id = app_company_id()) '
+                   'WITH CHECK (company_id = app_company_id())', t);
+END $$;
+REVOKE ALL ON FUNCTION tenant_table(regclass) FROM PUBLIC;
 
 -- The platform node: exactly one row.
 CREATE TABLE platform (
@@ -80,8 +93,5 @@ CREATE TABLE subagents (
     settings   jsonb NOT NULL DEFAULT '{}'::jsonb,
     PRIMARY KEY (company_id, name)
 );
-ALTER TABLE subagents ENABLE ROW LEVEL SECURITY;
-ALTER TABLE subagents FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON subagents
-    USING (company_id = app_company_id()) WITH CHECK (company_id = app_company_id());
+SELECT tenant_table('subagents');
 GRANT SELECT, INSERT, UPDATE, DELETE ON subagents TO ucp_app;

@@ -84,15 +84,9 @@ CREATE TABLE payment_instruments (
     PRIMARY KEY (company_id, id)
 );
 
-DO $$
-DECLARE t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['products', 'inventory', 'discounts', 'promotions', 'shipping_rates',
-                             'customers', 'addresses', 'payment_instruments'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        EXECUTE format('CREATE POLICY tenant_isolation ON %I USING (company_id = app_company_id()) '
-                       'WITH CHECK (company_id = app_company_id())', t);
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I TO ucp_app', t);
-    END LOOP;
-END $$;
+SELECT tenant_table(t) FROM unnest(ARRAY[
+    'products', 'inventory', 'discounts', 'promotions', 'shipping_rates', 'customers', 'addresses', 'payment_instruments'
+]::regclass[]) AS t;
+GRANT SELECT, INSERT, UPDATE, DELETE ON
+    products, inventory, discounts, promotions, shipping_rates, customers, addresses, payment_instruments
+    TO ucp_app;

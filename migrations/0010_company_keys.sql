@@ -17,10 +17,7 @@ CREATE TABLE company_keys (
 CREATE UNIQUE INDEX company_keys_kid ON company_keys (kid);
 CREATE UNIQUE INDEX company_keys_one_active ON company_keys (company_id) WHERE state = 'active';
 CREATE INDEX company_keys_kek ON company_keys (kek_id);
-ALTER TABLE company_keys ENABLE ROW LEVEL SECURITY;
-ALTER TABLE company_keys FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON company_keys
-    USING (company_id = app_company_id()) WITH CHECK (company_id = app_company_id());
+SELECT tenant_table('company_keys');
 GRANT SELECT, INSERT, UPDATE ON company_keys TO ucp_app;
 
 -- Every key transition: who and why. Append-only for the application role.
@@ -37,10 +34,7 @@ CREATE TABLE key_events (
     at          timestamptz NOT NULL
 );
 CREATE INDEX key_events_company ON key_events (company_id, at);
-ALTER TABLE key_events ENABLE ROW LEVEL SECURITY;
-ALTER TABLE key_events FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON key_events
-    USING (company_id = app_company_id()) WITH CHECK (company_id = app_company_id());
+SELECT tenant_table('key_events');
 GRANT SELECT, INSERT ON key_events TO ucp_app;
 
 CREATE TABLE admin_tokens (
@@ -53,8 +47,5 @@ CREATE TABLE admin_tokens (
     revoked_at   timestamptz
 );
 CREATE INDEX admin_tokens_company ON admin_tokens (company_id);
-ALTER TABLE admin_tokens ENABLE ROW LEVEL SECURITY;
-ALTER TABLE admin_tokens FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON admin_tokens
-    USING (company_id = app_company_id()) WITH CHECK (company_id = app_company_id());
+SELECT tenant_table('admin_tokens');
 GRANT SELECT, INSERT, UPDATE ON admin_tokens TO ucp_app;

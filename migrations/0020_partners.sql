@@ -9,10 +9,7 @@ CREATE TABLE partner_policies (
                  CHECK (default_role IN ('buyer', 'read_only', 'employee', 'admin', 'owner')),
     updated_at   timestamptz NOT NULL DEFAULT now()
 );
-ALTER TABLE partner_policies ENABLE ROW LEVEL SECURITY;
-ALTER TABLE partner_policies FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON partner_policies
-    USING (company_id = app_company_id()) WITH CHECK (company_id = app_company_id());
+SELECT tenant_table('partner_policies');
 GRANT SELECT, INSERT, UPDATE, DELETE ON partner_policies TO ucp_app;
 
 CREATE TABLE partners (
@@ -25,8 +22,5 @@ CREATE TABLE partners (
     updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (company_id, profile_url)
 );
-ALTER TABLE partners ENABLE ROW LEVEL SECURITY;
-ALTER TABLE partners FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON partners
-    USING (company_id = app_company_id()) WITH CHECK (company_id = app_company_id());
+SELECT tenant_table('partners');
 GRANT SELECT, INSERT, UPDATE, DELETE ON partners TO ucp_app;

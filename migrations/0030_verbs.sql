@@ -121,17 +121,9 @@ CREATE TABLE verb_reversals (
 
 -- Staff bearer tokens (sha-256 of the token only), role-bound.
 
-DO $$
-DECLARE t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['verb_audit_log', 'verb_audit_heads', 'verb_idempotency', 'verb_daily_usage',
-                             'verb_principal_usage', 'verb_nonces', 'verb_reversals'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        EXECUTE format('CREATE POLICY tenant_isolation ON %I USING (company_id = app_company_id()) '
-                       'WITH CHECK (company_id = app_company_id())', t);
-    END LOOP;
-END $$;
+SELECT tenant_table(t) FROM unnest(ARRAY[
+    'verb_audit_log', 'verb_audit_heads', 'verb_idempotency', 'verb_daily_usage', 'verb_principal_usage', 'verb_nonces', 'verb_reversals'
+]::regclass[]) AS t;
 GRANT SELECT, INSERT ON verb_audit_log TO ucp_app;
 GRANT SELECT, INSERT, UPDATE ON verb_audit_heads TO ucp_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON verb_idempotency, verb_daily_usage, verb_principal_usage, verb_nonces

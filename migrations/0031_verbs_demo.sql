@@ -85,15 +85,9 @@ CREATE TABLE macros (
     PRIMARY KEY (company_id, id)
 );
 
-DO $$
-DECLARE t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['crm_contacts', 'sales_orders', 'sales_order_lines', 'refunds', 'agent_events',
-                             'agent_subscriptions', 'macros'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        EXECUTE format('CREATE POLICY tenant_isolation ON %I USING (company_id = app_company_id()) '
-                       'WITH CHECK (company_id = app_company_id())', t);
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I TO ucp_app', t);
-    END LOOP;
-END $$;
+SELECT tenant_table(t) FROM unnest(ARRAY[
+    'crm_contacts', 'sales_orders', 'sales_order_lines', 'refunds', 'agent_events', 'agent_subscriptions', 'macros'
+]::regclass[]) AS t;
+GRANT SELECT, INSERT, UPDATE, DELETE ON
+    crm_contacts, sales_orders, sales_order_lines, refunds, agent_events, agent_subscriptions, macros
+    TO ucp_app;

@@ -107,18 +107,12 @@ CREATE TABLE webhook_outbox (
     PRIMARY KEY (company_id, id)
 );
 
-DO $$
-DECLARE t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['checkout_sessions', 'orders', 'order_events', 'order_adjustments', 'payments',
-                             'commerce_idempotency', 'webhook_outbox'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        EXECUTE format('CREATE POLICY tenant_isolation ON %I USING (company_id = app_company_id()) '
-                       'WITH CHECK (company_id = app_company_id())', t);
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I TO ucp_app', t);
-    END LOOP;
-END $$;
+SELECT tenant_table(t) FROM unnest(ARRAY[
+    'checkout_sessions', 'orders', 'order_events', 'order_adjustments', 'payments', 'commerce_idempotency', 'webhook_outbox'
+]::regclass[]) AS t;
+GRANT SELECT, INSERT, UPDATE, DELETE ON
+    checkout_sessions, orders, order_events, order_adjustments, payments, commerce_idempotency, webhook_outbox
+    TO ucp_app;
 
 -- Delivery queue: ids and due times only (no payload). A tenant sees its own rows; the delivery
 -- worker scans across tenants only in an explicit platform_scan_tx(pool, 'webhook_queue'), then

@@ -13,8 +13,5 @@ CREATE TABLE webmcp_sessions (
     CHECK (expires_at > created_at)
 );
 CREATE INDEX webmcp_sessions_company ON webmcp_sessions (company_id, expires_at);
-ALTER TABLE webmcp_sessions ENABLE ROW LEVEL SECURITY;
-ALTER TABLE webmcp_sessions FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON webmcp_sessions
-    USING (company_id = app_company_id()) WITH CHECK (company_id = app_company_id());
+SELECT tenant_table('webmcp_sessions');
 GRANT SELECT, INSERT, UPDATE, DELETE ON webmcp_sessions TO ucp_app;

@@ -34,6 +34,9 @@ async def test_app_role_cannot_bypass_rls(database):
     assert row["me"] == "ucp_gateway_app"
     assert row["rolsuper"] is False and row["rolbypassrls"] is False
     assert owned == 0
+    async with database.pool.acquire() as conn:
+        # the migration helper that (re)defines policies is the owner's alone
+        assert await conn.fetchval("SELECT has_function_privilege('tenant_table(regclass)', 'EXECUTE')") is False
 
 
 async def test_select_sees_only_own_rows(database, two_companies):
