@@ -108,35 +108,26 @@ async def rotate_handler(request: web.Request, p: StaffPrincipal) -> Any:
     return {"key": key.to_json()}
 
 
-@_admin("admin")
-async def activate_handler(request: web.Request, p: StaffPrincipal) -> Any:
-    kid = request.match_info["kid"]
-    state = await apply_event(
-        request.app[DATABASE].pool,
-        p.company_id,
-        kid,
-        "activate",
-        actor=p.actor,
-        reason=await _reason(request) or "activate",
-        now=_now(request),
-        publish_min=request.app[SETTINGS].keys_publish_min,
-    )
-    return {"kid": kid, "state": state.value}
+def _transition_handler(event: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``POST /admin/v1/keys/{kid}/{event}`` (admin): one lifecycle event through the state machine."""
 
+    @_admin("admin")
+    async def handler(request: web.Request, p: StaffPrincipal) -> Any:
+        kid = request.match_info["kid"]
+        extra = {"publish_min": request.app[SETTINGS].keys_publish_min} if event == "activate" else {}
+        state = await apply_event(
+            request.app[DATABASE].pool,
+            p.company_id,
+            kid,
+            event,
+            actor=p.actor,
+            reason=await _reason(request) or event,
+            now=_now(request),
+            **extra,
+        )
+        return {"kid": kid, "state": state.value}
 
-@_admin("admin")
-async def retire_handler(request: web.Request, p: StaffPrincipal) -> Any:
-    kid = request.match_info["kid"]
-    state = await apply_event(
-        request.app[DATABASE].pool,
-        p.company_id,
-        kid,
-        "retire",
-        actor=p.actor,
-        reason=await _reason(request) or "retire",
-        now=_now(request),
-    )
-    return {"kid": kid, "state": state.value}
+    return handler
 
 
 @_admin("owner")
@@ -212,8 +203,8 @@ def setup(app: web.Application) -> None:
     """Add the admin routes, the KEK vault and the key scheduler to ``app``."""
     app.router.add_get("/admin/v1/keys", list_handler)
     app.router.add_post("/admin/v1/keys/rotate", rotate_handler)
-    app.router.add_post("/admin/v1/keys/{kid}/activate", activate_handler)
-    app.router.add_post("/admin/v1/keys/{kid}/retire", retire_handler)
+    app.router.add_post("/admin/v1/keys/{kid}/activate", _transition_handler("activate"))
+    app.router.add_post("/admin/v1/keys/{kid}/retire", _transition_handler("retire"))
     app.router.add_post("/admin/v1/keys/{kid}/compromise", compromise_handler)
     app.router.add_post("/admin/v1/signatures/debug", debug_handler)
     app.cleanup_ctx.append(_keys_ctx)
