@@ -219,22 +219,25 @@ def _child(mode: str, port: int) -> None:
     import ucp_gateway.app as gateway_app
     from ucp_gateway.app import create_app
     from ucp_gateway.config import Settings
+    from ucp_gateway.logs import configure_logging
 
     settings = Settings()
+    configure_logging(settings)  # as `ucp-gateway serve` does (UCPGW_LOG_LEVEL honoured)
     if mode == "plain":  # no signature middleware (the production app always has it)
         gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
     app = create_app(settings)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
-async def _prepare(dsn: str, ring: str, env: dict) -> None:
+async def _prepare(dsn: str, ring: str, keys_dir: Path) -> None:
     from ucp_gateway.config import Settings
     from ucp_gateway.db import tenant_tx
     from ucp_gateway.db.database import connect_database
     from ucp_gateway.demo.seed import seed_demo
     from ucp_gateway.keys import KekRing, Vault, attach_vault, ensure_active_key
 
-    settings = Settings(database_url=dsn, environment="development")
+    # the gateway's KEK ring: the company's first signing key is created with it by the seed
+    settings = Settings(database_url=dsn, environment="development", kek_ring=ring, keys_dir=keys_dir)
     db = await connect_database(settings)
     try:
         company = (await seed_demo(db, settings)).company
@@ -290,7 +293,7 @@ async def main() -> None:
         UCPGW_DATA_DIR=str(tmp / "data"),
     )
     try:
-        await _prepare(dsn, ring, env)
+        await _prepare(dsn, ring, tmp / "keys")
         pport = _free_port()
         buyers = [Buyer(i, f"http://127.0.0.1:{pport}") for i in range(args.buyers)]
         platform = await _platform(buyers, pport)
