@@ -151,6 +151,7 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
         from ..discovery.agent_header import parse_ucp_agent
         from ..discovery.errors import CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported
         from ..discovery.service import negotiate_request
+        from ..discovery.trust import REQ_AGENT_ROLE
         from ..discovery.web import PROFILE_FETCHER
     except ImportError:
         return None
@@ -172,6 +173,8 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
             continue_url=origin + "/",
             http_hosts=hosts,
             agent=agent,
+            # the trust middleware resolved the role of this UCP-Agent profile (its cache, its TTL)
+            role=request.get(REQ_AGENT_ROLE) if agent is None else None,
         )
     except (CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported):
         if not settings.conformance_mode:

@@ -45,6 +45,7 @@ async def negotiate_request(
     continue_url: str | None = None,
     http_hosts: frozenset[str] = frozenset(),
     agent: AgentHeader | None = None,
+    role: AgentRole | None = None,
 ) -> RequestNegotiation:
     """Parse ``UCP-Agent`` (or take ``agent`` from MCP meta), check trust, fetch, negotiate.
 
@@ -52,11 +53,14 @@ async def negotiate_request(
         header: the raw ``UCP-Agent`` value (ignored when ``agent`` is given).
         business_profile: the company's profile document (``build_company_profile`` output).
         operation: ``checkout`` | ``cart`` | ``order`` | ``catalog`` | a capability name, or None.
+        role: the agent's role when the trust middleware already resolved it for this request
+            (``REQ_AGENT_ROLE``, same profile URL): saves the partner lookup's transaction.
     Raises: InvalidProfileUrl 400, ProfileNotTrusted 403, ProfileUnreachable 424, ProfileMalformed 422,
         VersionUnsupported 422, CapabilitiesIncompatible (200 envelope).
     """
     agent = agent or parse_ucp_agent(header, http_hosts=http_hosts)
-    role = await role_for_agent(pool, company.id, agent.profile)
+    if role is None:
+        role = await role_for_agent(pool, company.id, agent.profile)
     profile = await fetcher.get_profile(agent.profile)
     ucp = business_profile["ucp"]
     negotiated = negotiate(
