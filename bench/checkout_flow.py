@@ -226,10 +226,22 @@ def _child(mode: str, port: int) -> None:
     if mode == "plain":  # no signature middleware (the production app always has it)
         gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
     app = create_app(settings)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    prof_dir = os.environ.get("BENCH_PROFILE_DIR")
+    if not prof_dir:
+        web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    finally:
+        prof.disable()
+        prof.dump_stats(os.path.join(prof_dir, f"gateway-{mode}.prof"))
 
 
-async def _prepare(dsn: str, ring: str, keys_dir: Path) -> None:
+async def _prepare(dsn: str, ring: str, keys_dir: Path, log_sql: bool = False) -> None:
     from ucp_gateway.config import Settings
     from ucp_gateway.db import tenant_tx
     from ucp_gateway.db.database import connect_database
@@ -248,6 +260,16 @@ async def _prepare(dsn: str, ring: str, keys_dir: Path) -> None:
         from datetime import UTC, datetime
 
         await ensure_active_key(db.pool, company.id, now=datetime.now(UTC), vault=vault)
+        if log_sql:  # every statement into <pg>/log, to count round trips per request
+            import asyncpg
+
+            owner = await asyncpg.connect(dsn)
+            try:
+                await owner.execute("ALTER SYSTEM SET log_statement = 'all'")
+                await owner.execute("ALTER SYSTEM SET log_line_prefix = '%m [%p] '")
+                await owner.execute("SELECT pg_reload_conf()")
+            finally:
+                await owner.close()
     finally:
         await db.close()
 
@@ -272,6 +294,8 @@ async def main() -> None:
     ap.add_argument("--buyers", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--profile", metavar="DIR", help="cProfile each gateway process into DIR/gateway-<mode>.prof")
+    ap.add_argument("--log-sql", metavar="FILE", help="log every SQL statement; copy the server log to FILE")
     args = ap.parse_args()
     from ucp_gateway.db.embedded import start_embedded, stop_embedded
 
@@ -292,8 +316,11 @@ async def main() -> None:
         UCPGW_KEYS_DIR=str(tmp / "keys"),
         UCPGW_DATA_DIR=str(tmp / "data"),
     )
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+        env["BENCH_PROFILE_DIR"] = os.path.abspath(args.profile)
     try:
-        await _prepare(dsn, ring, tmp / "keys")
+        await _prepare(dsn, ring, tmp / "keys", bool(args.log_sql))
         pport = _free_port()
         buyers = [Buyer(i, f"http://127.0.0.1:{pport}") for i in range(args.buyers)]
         platform = await _platform(buyers, pport)
@@ -307,6 +334,10 @@ async def main() -> None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=30)
         await platform.cleanup()
+        if args.log_sql:
+            import shutil
+
+            shutil.copy(tmp / "pg" / "pg" / "log", args.log_sql)
     finally:
         await stop_embedded(server)
     print(f"checkout flows (create -> update -> complete), {args.buyers} concurrent buyer agents, {args.seconds:.0f} s")

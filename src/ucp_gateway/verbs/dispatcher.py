@@ -82,7 +82,12 @@ class Dispatcher:
         v = caps.get(cap_class)
         return None if v is None else int(v)
 
-    async def _inputs(self, verb: Verb | None, principal: Principal, call: Call, company: Company, now) -> Inputs:
+    async def _inputs(
+        self, verb: Verb | None, principal: Principal, call: Call, company: Company, now, *, lazy: bool = False
+    ) -> Inputs:
+        """The facts ``decide`` needs. ``lazy``: when the only stored fact would be the idempotency
+        record (no cap, no principal limit), skip its read and return ``Inputs.deferred = True``:
+        the execution's atomic key claim then finds a replay or a conflict (see :meth:`dispatch`)."""
         base = {
             "company_tier": company.tier,
             "secrets": self._secrets,
@@ -101,6 +106,8 @@ class Dispatcher:
                 return Inputs(**base)
         cap_class = cap_class_for(verb, principal, cls)
         lim = verb.policy.principal_limit
+        if lazy and cap_class is None and (lim is None or principal.kind != "buyer"):
+            return Inputs(**base, deferred=True)
         async with tenant_tx(self.pool, company.id) as conn:
             stored = None
             if call.idempotency_key:
@@ -133,7 +140,12 @@ class Dispatcher:
             company = await get_company(self.pool, str(principal.company_id))
         verb = self.registry.get(call.verb) if isinstance(call.verb, str) else None
         t0 = time.perf_counter()
-        decision = decide(verb, principal, call, await self._inputs(verb, principal, call, company, now), self.registry)
+        inputs = await self._inputs(verb, principal, call, company, now, lazy=True)
+        decision = decide(verb, principal, call, inputs, self.registry)
+        if inputs.deferred and decision.outcome != "execute" and call.idempotency_key:
+            # a stored receipt would have taken precedence over this refusal: decide on the full facts
+            inputs = await self._inputs(verb, principal, call, company, now)
+            decision = decide(verb, principal, call, inputs, self.registry)
         if decision.outcome in ("deny", "pending"):
             return await self._refuse(principal, company, call, verb, decision, now)
         if decision.outcome == "replay":
