@@ -129,8 +129,12 @@ async def _platform(buyers: list[Buyer], port: int) -> web.AppRunner:
     return runner
 
 
-async def _flow(s: aiohttp.ClientSession, b: Buyer, base: str, authority: str, sign: bool, lat: list) -> bool:
+async def _flow(
+    s: aiohttp.ClientSession, b: Buyer, base: str, authority: str, sign: bool, lat: list, pace=None
+) -> bool:
     async def call(method, path, body=None, key=None):
+        if pace is not None:
+            await pace()  # think time
         raw = json.dumps(body).encode() if body is not None else b""
         h = b.headers(method, authority, path, raw, key, sign)
         t0 = time.perf_counter()
@@ -176,21 +180,65 @@ async def _flow(s: aiohttp.ClientSession, b: Buyer, base: str, authority: str, s
     return done.get("status") == "completed"
 
 
-async def _load(port: int, buyers: list[Buyer], sign: bool, seconds: float, warmup: float) -> dict:
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` and their children (PostgreSQL backends)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            for p in (proc, *proc.children(recursive=True)):
+                t = p.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+async def _load(
+    port: int,
+    buyers: list[Buyer],
+    sign: bool,
+    seconds: float,
+    warmup: float,
+    *,
+    rate: float | None = None,
+    cpu_pids: tuple[list[int], list[int]] = ([], []),
+) -> dict:
+    """Run the buyers for ``warmup + seconds``; measure the last ``seconds``.
+
+    ``rate`` None: closed loop, no think time (saturation). Else each buyer paces its requests so
+    the offered load is ``rate`` flows/s in all (think time = the rest of its slot; a request that
+    is late is sent at once, without a burst to catch up).
+    """
     base, authority = f"http://127.0.0.1:{port}", f"127.0.0.1:{port}"
     lat: list[float] = []
     flows = errors = 0
     measuring = False
     stop = time.perf_counter() + warmup + seconds
+    slot = len(buyers) / rate / 3 if rate else 0.0  # seconds between one buyer's requests
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as s:
 
-        async def worker(b: Buyer):
+        async def worker(i: int, b: Buyer):
             nonlocal flows, errors
+            pace = None
+            if slot:
+                await asyncio.sleep(slot * 3 * i / len(buyers))  # spread the buyers over one flow's slot
+                nxt = time.perf_counter()
+
+                async def pace():
+                    nonlocal nxt
+                    delay = nxt - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    nxt = max(nxt, time.perf_counter()) + slot
+
             while time.perf_counter() < stop:
                 mine: list[float] = []
                 try:
-                    ok = await _flow(s, b, base, authority, sign, mine)
+                    ok = await _flow(s, b, base, authority, sign, mine, pace)
                 except Exception as exc:
                     errors += 1
                     if errors < 4:
@@ -200,17 +248,23 @@ async def _load(port: int, buyers: list[Buyer], sign: bool, seconds: float, warm
                     flows += ok
                     lat.extend(mine)
 
-        tasks = [asyncio.create_task(worker(b)) for b in buyers]
+        tasks = [asyncio.create_task(worker(i, b)) for i, b in enumerate(buyers)]
         await asyncio.sleep(warmup)
         measuring = True
+        cpu0 = [_cpu_seconds(p) for p in cpu_pids]
+        await asyncio.sleep(seconds)
+        cpu1 = [_cpu_seconds(p) for p in cpu_pids]
         await asyncio.gather(*tasks)
     lat.sort()
+    done = max(flows, 1)
     return {
         "flows_s": flows / seconds,
         "p50_ms": 1000 * statistics.median(lat) if lat else float("nan"),
         "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else float("nan"),
         "requests": len(lat),
         "errors": errors,
+        "cpu_gw_ms": 1000 * (cpu1[0] - cpu0[0]) / done,
+        "cpu_pg_ms": 1000 * (cpu1[1] - cpu0[1]) / done,
     }
 
 
@@ -232,7 +286,7 @@ def _child(mode: str, port: int) -> None:
         return
     import cProfile
 
-    prof = cProfile.Profile()
+    prof = cProfile.Profile(time.process_time)  # CPU time: the machine is shared
     prof.enable()
     try:
         web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
@@ -294,6 +348,7 @@ async def main() -> None:
     ap.add_argument("--buyers", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--rate", type=float, default=100.0, help="offered flows/s of the think-time run (b)")
     ap.add_argument("--profile", metavar="DIR", help="cProfile each gateway process into DIR/gateway-<mode>.prof")
     ap.add_argument("--log-sql", metavar="FILE", help="log every SQL statement; copy the server log to FILE")
     args = ap.parse_args()
@@ -312,7 +367,8 @@ async def main() -> None:
         UCPGW_WEBHOOK_WORKER="false",
         UCPGW_LOG_LEVEL="error",
         UCPGW_BUYER_RATE_LIMIT="100000",
-        UCPGW_DB_POOL_MAX="20",
+        UCPGW_DB_POOL_MAX=os.environ.get("BENCH_POOL_MAX", "10"),  # the default: 2 cores, one PostgreSQL
+        UCPGW_VERBS_VALIDATE_OUTPUT="false",  # production default (development mode turns it on)
         UCPGW_KEYS_DIR=str(tmp / "keys"),
         UCPGW_DATA_DIR=str(tmp / "data"),
     )
@@ -324,12 +380,22 @@ async def main() -> None:
         pport = _free_port()
         buyers = [Buyer(i, f"http://127.0.0.1:{pport}") for i in range(args.buyers)]
         platform = await _platform(buyers, pport)
-        results = {}
+        pg_pid = int((tmp / "pg" / "pg" / "postmaster.pid").read_text().split()[0])
+        results: dict[tuple[str, str], dict] = {}
         for mode in ("signed", "plain"):
             port = _free_port()
             proc = _spawn(mode, port, env)
             try:
-                results[mode] = await _load(port, buyers, mode == "signed", args.seconds, args.warmup)
+                for phase, rate in (("saturation", None), ("target", args.rate)):
+                    results[mode, phase] = await _load(
+                        port,
+                        buyers,
+                        mode == "signed",
+                        args.seconds,
+                        args.warmup,
+                        rate=rate,
+                        cpu_pids=([proc.pid], [pg_pid]),
+                    )
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=30)
@@ -340,17 +406,23 @@ async def main() -> None:
             shutil.copy(tmp / "pg" / "pg" / "log", args.log_sql)
     finally:
         await stop_embedded(server)
-    print(f"checkout flows (create -> update -> complete), {args.buyers} concurrent buyer agents, {args.seconds:.0f} s")
-    for mode, label in (("signed", "signed + audited"), ("plain", "no signatures, no audit")):
-        r = results[mode]
-        print(
-            f"  {label:26s} {r['flows_s']:7.1f} flows/s   p50 {r['p50_ms']:6.1f} ms   p99 {r['p99_ms']:6.1f} ms"
-            f"   ({r['requests']} requests, {r['errors']} errors)"
-        )
-    cost = (
-        1 - results["signed"]["flows_s"] / results["plain"]["flows_s"] if results["plain"]["flows_s"] else float("nan")
-    )
-    print(f"  cost of signatures + audit: {100 * cost:.1f} % of throughput")
+    print(f"checkout flows (create -> update -> complete), {args.buyers} buyer agents, {args.seconds:.0f} s per run")
+    labels = (("signed", "signed + audited"), ("plain", "no signatures, no audit"))
+    for phase, title in (
+        ("saturation", "(a) saturation: no think time"),
+        ("target", f"(b) at the target load: think time paced to offer {args.rate:.0f} flows/s"),
+    ):
+        print(title)
+        for mode, label in labels:
+            r = results[mode, phase]
+            print(
+                f"  {label:24s} {r['flows_s']:6.1f} flows/s   p50 {r['p50_ms']:6.1f} ms   p99 {r['p99_ms']:7.1f} ms"
+                f"   cpu/flow gateway {r['cpu_gw_ms']:5.1f} ms, postgres {r['cpu_pg_ms']:5.1f} ms"
+                f"   ({r['requests']} requests, {r['errors']} errors)"
+            )
+    sig, plain = results["signed", "saturation"]["flows_s"], results["plain", "saturation"]["flows_s"]
+    cost = 1 - sig / plain if plain else float("nan")
+    print(f"cost of signatures + audit (saturation): {100 * cost:.1f} % of throughput")
 
 
 if __name__ == "__main__":
