@@ -212,10 +212,28 @@ class Dispatcher:
                     children=ctx.children or None,
                     transaction_id=ctx.transaction_id,
                 )
-            audit_id, _ = await audit.append(conn, company.id, entry)
-            env = self._success(verb, result, audit_id, key, entry, now)
-            if key is not None:
-                await store.finish_key(conn, principal.key, verb.name, key, env, audit_id)
+            if key is None:
+                audit_id, _ = await audit.append(conn, company.id, entry)
+                return self._success(verb, result, audit_id, key, entry, now)
+            # audit row and stored envelope in one last statement: the chain head is locked only
+            # from there to COMMIT (it serialises the company's writes)
+            env = self._success(verb, result, 0, key, entry, now, validate=False)
+            # result.audit_id is this row's, except a revert's that names the reverted action
+            patch = verb.shape != "revert" or "audit_id" not in result
+            audit_id, _ = await store.append_and_finish_key(
+                conn,
+                company.id,
+                entry,
+                principal=principal.key,
+                verb=verb.name,
+                key=key,
+                envelope=env,
+                result_audit_id=patch,
+            )
+            env["audit_id"] = audit_id
+            if patch:
+                env["result"]["audit_id"] = audit_id
+            self._check_output(verb, env["result"])
         return env
 
     async def _count(self, conn, principal, company, verb: Verb, cap_class, args, now) -> None:
@@ -274,7 +292,9 @@ class Dispatcher:
         env.pop("audit_id", None)
         return env, entry
 
-    def _success(self, verb: Verb, result: dict[str, Any], audit_id: int, key, entry, now) -> dict[str, Any]:
+    def _success(
+        self, verb: Verb, result: dict[str, Any], audit_id: int, key, entry, now, *, validate: bool = True
+    ) -> dict[str, Any]:
         env: dict[str, Any] = {"ok": True, "verb": verb.name, "audit_id": audit_id}
         if key is not None:
             receipt = {
@@ -292,12 +312,17 @@ class Dispatcher:
                 idempotency_key=key,
                 **({"rollback_handle": receipt["rollback_handle"]} if "rollback_handle" in receipt else {}),
             )
+        if validate:
+            self._check_output(verb, result)
+        env["result"] = result
+        return env
+
+    def _check_output(self, verb: Verb, result: dict[str, Any]) -> None:
+        """Raise VerbError(execution_failed) when output checks are on and ``result`` breaks the shape."""
         err = next(iter(shape_validator(verb.shape).iter_errors(result)), None) if self.validate_output else None
         if err is not None:
             log.error("verb %s output breaks shape %s: %s", verb.name, verb.shape, err.message)
             raise VerbError("execution_failed", f"output does not match the {verb.shape} shape")
-        env["result"] = result
-        return env
 
     # ---- exits that execute nothing -------------------------------------------------------------
     def _entry(self, principal, company, call, verb, decision: Decision, outcome, status, now) -> dict[str, Any]:
