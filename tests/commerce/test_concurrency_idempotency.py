@@ -126,6 +126,9 @@ async def test_fifty_buyers_last_ten_items_never_oversell(client, database, comp
     async with tenant_tx(database.pool, company.id) as conn:
         assert await conn.fetchval("SELECT quantity FROM inventory WHERE product_id = 'orchid_white'") == 0
         assert await conn.fetchval("SELECT count(*) FROM orders") == 10
+        # the order, payment and webhook of a buyer who lost the race were rolled back with the stock
+        assert await conn.fetchval("SELECT count(*) FROM payments") == 10
+        assert await conn.fetchval("SELECT count(*) FROM webhook_outbox") == 10
 
 
 async def test_every_call_is_an_audited_buyer_verb(client, database, company):

@@ -15,6 +15,7 @@ import asyncpg
 from .catalog import Address, Catalog, DiscountRule, PickupLocation, Product, Promotion, ShippingRate
 
 __all__ = [
+    "complete_order",
     "get_checkout",
     "get_order_rows",
     "insert_checkout",
@@ -193,6 +194,64 @@ async def insert_event(conn: asyncpg.Connection, company_id: uuid.UUID, order_id
         order_id,
         datetime.fromisoformat(ev["occurred_at"].replace("Z", "+00:00")),
     )
+
+
+async def complete_order(
+    conn: asyncpg.Connection,
+    company_id: uuid.UUID,
+    *,
+    checkout: dict[str, Any],
+    order: dict[str, Any],
+    payment: dict[str, Any],
+    outbox: dict[str, Any],
+) -> uuid.UUID:
+    """Write a completed checkout in one statement: the checkout row (status, state, body, order_id),
+    the order, the captured payment and the ``order created`` outbox event with its queue entry.
+
+    ``checkout``: ``status``, ``state``, ``body``, ``now`` (also the order's and the payment's
+    timestamp). ``order``: the columns of :func:`insert_order`. ``payment``: ``id``, ``handler_id``,
+    ``instrument_id``, ``token_ref``, ``status`` (amount and currency are the order's).
+    ``outbox``: ``event_type``, ``caller``, ``payload``, ``target_url``, ``now``. Returns the
+    event's Webhook-Id.
+    """
+    event_id = uuid.uuid4()
+    body = json.dumps(outbox["payload"], separators=(",", ":"), sort_keys=False).encode()
+    p, o = payment, order
+    await conn.execute(
+        "WITH c AS (UPDATE checkout_sessions SET status = $2, state = $3, body = $4, updated_at = $5,"
+        "   order_id = $6 WHERE id = $7 RETURNING 1),"
+        " o AS (INSERT INTO orders (company_id, id, checkout_id, caller, currency, total, snapshot, created_at,"
+        "   updated_at) VALUES ($1, $6, $7, $8, $9, $10, $11, $5, $5) RETURNING 1),"
+        " p AS (INSERT INTO payments (company_id, id, checkout_id, order_id, handler_id, instrument_id, token_ref,"
+        "   amount, currency, status, created_at)"
+        "   VALUES ($1, $12, $7, $6, $13, $14, $15, $10, $9, $16, $5) RETURNING 1),"
+        " w AS (INSERT INTO webhook_outbox (company_id, id, order_id, event_type, caller, payload, created_at,"
+        "   next_attempt_at, target_url) VALUES ($1, $17, $6, $18, $19, $20, $21, $21, $22) RETURNING 1)"
+        " INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) VALUES ($1, $17, $21)",
+        company_id,
+        checkout["status"],
+        checkout["state"],
+        checkout["body"],
+        checkout["now"],
+        o["id"],
+        o["checkout_id"],
+        o["caller"],
+        o["currency"],
+        o["total"],
+        o["snapshot"],
+        p["id"],
+        p["handler_id"],
+        p["instrument_id"],
+        p["token_ref"],
+        p["status"],
+        event_id,
+        outbox["event_type"],
+        outbox["caller"],
+        body,
+        outbox["now"],
+        outbox.get("target_url"),
+    )
+    return event_id
 
 
 async def get_order_rows(

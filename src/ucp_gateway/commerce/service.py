@@ -229,91 +229,78 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
     status = transition(transition(row["status"], "recompute:ready_for_complete"), "complete_started")
     order_id = f"ord_{uuid.uuid4().hex}"
     pay_id = f"pay_{uuid.uuid4().hex}"
-    charge = None
+    # The demo charge only checks the token (no side effect), so it runs before anything is written;
+    # the stock is taken last, by the statement right before the verb's commit, so the product's
+    # inventory row is locked as briefly as possible (every buyer of the product waits on it).
+    charge = await demo_charge(conn, handler_id=instrument["handler_id"], token=token, amount=priced.total)
+    if not charge.approved:
+        await repo.insert_payment(
+            conn,
+            ctx.company_id,
+            {
+                "id": pay_id,
+                "checkout_id": cid,
+                "handler_id": instrument["handler_id"],
+                "instrument_id": instrument["id"],
+                "token_ref": charge.token_ref,
+                "amount": priced.total,
+                "currency": ctx.currency,
+                "status": "declined",
+                "created_at": ctx.now,
+            },
+        )
+        msg = error(
+            "payment_failed", "The payment was declined; try another payment method.", path="$.payment.instruments[0]"
+        )
+        return await _complete_failed(conn, ctx, cid, row, state, priced, status, [msg])
+    permalink = f"{ctx.shop.base_url}/orders/{order_id}"
+    order_ref = {"id": order_id, "label": f"#{order_id[4:12].upper()}", "permalink_url": permalink}
+    done = transition(status, "complete_succeeded")
+    body = _render(ctx, cid, state, priced, done, row["expires_at"], order=order_ref)
+    snapshot = order_snapshot(body, order_id=order_id, label=order_ref["label"], permalink_url=permalink)
     try:
-        async with conn.transaction():  # savepoint: stock and charge stand or fall together
+        async with conn.transaction():  # savepoint: the order stands or falls with the stock
+            await repo.complete_order(
+                conn,
+                ctx.company_id,
+                checkout={"status": done, "state": state, "body": body, "now": ctx.now},
+                order={
+                    "id": order_id,
+                    "checkout_id": cid,
+                    "caller": row["caller"],
+                    "currency": ctx.currency,
+                    "total": priced.total,
+                    "snapshot": snapshot,
+                },
+                payment={
+                    "id": pay_id,
+                    "handler_id": instrument["handler_id"],
+                    "instrument_id": instrument["id"],
+                    "token_ref": charge.token_ref,
+                    "status": "captured",
+                },
+                outbox={
+                    "event_type": "order.created",
+                    "caller": row["caller"],
+                    "payload": render_order(snapshot, [], [], ctx.order_ucp),
+                    "target_url": ctx.webhook_url,
+                    "now": ctx.now,
+                },
+            )
             short = await repo.reserve_inventory(conn, priced.reservable)
             if short:
                 raise _Abort(
                     [error("out_of_stock", f"Insufficient stock for '{p}'.", path="$.line_items") for p in short]
                 )
-            charge = await demo_charge(conn, handler_id=instrument["handler_id"], token=token, amount=priced.total)
-            if not charge.approved:
-                raise _Abort(
-                    [
-                        error(
-                            "payment_failed",
-                            "The payment was declined; try another payment method.",
-                            path="$.payment.instruments[0]",
-                        )
-                    ]
-                )
     except _Abort as abort:
-        if charge is not None:
-            await repo.insert_payment(
-                conn,
-                ctx.company_id,
-                {
-                    "id": pay_id,
-                    "checkout_id": cid,
-                    "handler_id": instrument["handler_id"],
-                    "instrument_id": instrument["id"],
-                    "token_ref": charge.token_ref,
-                    "amount": priced.total,
-                    "currency": ctx.currency,
-                    "status": "declined",
-                    "created_at": ctx.now,
-                },
-            )
-        status = transition(status, "complete_failed")
-        body = _render(ctx, cid, state, priced, status, row["expires_at"], extra_messages=abort.messages)
-        await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
-        return Outcome(200, body)
-    permalink = f"{ctx.shop.base_url}/orders/{order_id}"
-    order_ref = {"id": order_id, "label": f"#{order_id[4:12].upper()}", "permalink_url": permalink}
-    status = transition(status, "complete_succeeded")
-    body = _render(ctx, cid, state, priced, status, row["expires_at"], order=order_ref)
-    snapshot = order_snapshot(body, order_id=order_id, label=order_ref["label"], permalink_url=permalink)
-    await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now, order_id=order_id)
-    await repo.insert_order(
-        conn,
-        ctx.company_id,
-        {
-            "id": order_id,
-            "checkout_id": cid,
-            "caller": row["caller"],
-            "currency": ctx.currency,
-            "total": priced.total,
-            "snapshot": snapshot,
-            "created_at": ctx.now,
-        },
-    )
-    await repo.insert_payment(
-        conn,
-        ctx.company_id,
-        {
-            "id": pay_id,
-            "checkout_id": cid,
-            "order_id": order_id,
-            "handler_id": instrument["handler_id"],
-            "instrument_id": instrument["id"],
-            "token_ref": charge.token_ref,
-            "amount": priced.total,
-            "currency": ctx.currency,
-            "status": "captured",
-            "created_at": ctx.now,
-        },
-    )
-    await repo.insert_outbox(
-        conn,
-        ctx.company_id,
-        order_id=order_id,
-        event_type="order.created",
-        caller=row["caller"],
-        payload=render_order(snapshot, [], [], ctx.order_ucp),
-        target_url=ctx.webhook_url,
-        now=ctx.now,
-    )
+        return await _complete_failed(conn, ctx, cid, row, state, priced, status, abort.messages)
+    return Outcome(200, body)
+
+
+async def _complete_failed(conn, ctx: CommerceContext, cid: str, row, state, priced, status, messages) -> Outcome:
+    status = transition(status, "complete_failed")
+    body = _render(ctx, cid, state, priced, status, row["expires_at"], extra_messages=messages)
+    await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
     return Outcome(200, body)
 
 
