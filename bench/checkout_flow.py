@@ -196,6 +196,30 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+async def _sample_waits(dsn: str, seconds: float) -> dict[str, float]:
+    """Mean number of gateway backends per wait event (``Lock:transactionid`` = row locks, ...) and
+    active on CPU (``CPU``), sampled every 20 ms from pg_stat_activity for ``seconds``."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    counts: dict[str, int] = {}
+    n = 0
+    try:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            rows = await conn.fetch(
+                "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') AS w, count(*) AS c FROM pg_stat_activity"
+                " WHERE usename = 'ucp_gateway_app' AND state = 'active' AND pid <> pg_backend_pid() GROUP BY 1"
+            )
+            for r in rows:
+                counts[r["w"]] = counts.get(r["w"], 0) + r["c"]
+            n += 1
+            await asyncio.sleep(0.02)
+    finally:
+        await conn.close()
+    return {k: v / max(n, 1) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}
+
+
 async def _load(
     port: int,
     buyers: list[Buyer],
@@ -205,6 +229,7 @@ async def _load(
     *,
     rate: float | None = None,
     cpu_pids: tuple[list[int], list[int]] = ([], []),
+    waits_dsn: str | None = None,
 ) -> dict:
     """Run the buyers for ``warmup + seconds``; measure the last ``seconds``.
 
@@ -252,7 +277,7 @@ async def _load(
         await asyncio.sleep(warmup)
         measuring = True
         cpu0 = [_cpu_seconds(p) for p in cpu_pids]
-        await asyncio.sleep(seconds)
+        waits = await _sample_waits(waits_dsn, seconds) if waits_dsn else await asyncio.sleep(seconds)
         cpu1 = [_cpu_seconds(p) for p in cpu_pids]
         await asyncio.gather(*tasks)
     lat.sort()
@@ -265,6 +290,7 @@ async def _load(
         "errors": errors,
         "cpu_gw_ms": 1000 * (cpu1[0] - cpu0[0]) / done,
         "cpu_pg_ms": 1000 * (cpu1[1] - cpu0[1]) / done,
+        "waits": waits,
     }
 
 
@@ -350,6 +376,7 @@ async def main() -> None:
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--rate", type=float, default=100.0, help="offered flows/s of the think-time run (b)")
     ap.add_argument("--profile", metavar="DIR", help="cProfile each gateway process into DIR/gateway-<mode>.prof")
+    ap.add_argument("--waits", action="store_true", help="sample PostgreSQL wait events during each run")
     ap.add_argument("--log-sql", metavar="FILE", help="log every SQL statement; copy the server log to FILE")
     args = ap.parse_args()
     from ucp_gateway.db.embedded import start_embedded, stop_embedded
@@ -395,6 +422,7 @@ async def main() -> None:
                         args.warmup,
                         rate=rate,
                         cpu_pids=([proc.pid], [pg_pid]),
+                        waits_dsn=dsn if args.waits else None,
                     )
             finally:
                 proc.send_signal(signal.SIGTERM)
@@ -420,6 +448,8 @@ async def main() -> None:
                 f"   cpu/flow gateway {r['cpu_gw_ms']:5.1f} ms, postgres {r['cpu_pg_ms']:5.1f} ms"
                 f"   ({r['requests']} requests, {r['errors']} errors)"
             )
+            if r["waits"]:
+                print("      backends waiting:", ", ".join(f"{k} {v:.1f}" for k, v in list(r["waits"].items())[:6]))
     sig, plain = results["signed", "saturation"]["flows_s"], results["plain", "saturation"]["flows_s"]
     cost = 1 - sig / plain if plain else float("nan")
     print(f"cost of signatures + audit (saturation): {100 * cost:.1f} % of throughput")
