@@ -276,9 +276,9 @@ async def _load(
         tasks = [asyncio.create_task(worker(i, b)) for i, b in enumerate(buyers)]
         await asyncio.sleep(warmup)
         measuring = True
-        cpu0 = [_cpu_seconds(p) for p in cpu_pids]
+        cpu0 = [_cpu_seconds(p) for p in cpu_pids] + [time.process_time()]
         waits = await _sample_waits(waits_dsn, seconds) if waits_dsn else await asyncio.sleep(seconds)
-        cpu1 = [_cpu_seconds(p) for p in cpu_pids]
+        cpu1 = [_cpu_seconds(p) for p in cpu_pids] + [time.process_time()]
         await asyncio.gather(*tasks)
     lat.sort()
     done = max(flows, 1)
@@ -290,6 +290,7 @@ async def _load(
         "errors": errors,
         "cpu_gw_ms": 1000 * (cpu1[0] - cpu0[0]) / done,
         "cpu_pg_ms": 1000 * (cpu1[1] - cpu0[1]) / done,
+        "cpu_client_ms": 1000 * (cpu1[2] - cpu0[2]) / done,
         "waits": waits,
     }
 
@@ -445,7 +446,8 @@ async def main() -> None:
             r = results[mode, phase]
             print(
                 f"  {label:24s} {r['flows_s']:6.1f} flows/s   p50 {r['p50_ms']:6.1f} ms   p99 {r['p99_ms']:7.1f} ms"
-                f"   cpu/flow gateway {r['cpu_gw_ms']:5.1f} ms, postgres {r['cpu_pg_ms']:5.1f} ms"
+                f"   cpu ms/flow: gateway {r['cpu_gw_ms']:4.1f}, postgres {r['cpu_pg_ms']:4.1f},"
+                f" buyers {r['cpu_client_ms']:4.1f}"
                 f"   ({r['requests']} requests, {r['errors']} errors)"
             )
             if r["waits"]:
