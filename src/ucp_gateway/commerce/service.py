@@ -3,6 +3,9 @@
 Each operation returns an :class:`Outcome` (HTTP status + JSON body): business outcomes are bodies
 (201/200 resources, 200 error envelopes); protocol errors are raised as GatewayError subclasses
 (``InvalidTransition`` -> 409, ``InvalidRequest`` -> 400). Prices come from the catalogue only.
+Contract: an operation raises a 4xx GatewayError only before its first write, so a refused call
+leaves nothing behind without a savepoint (the verb handler commits the refusal's audit row and
+idempotency record). Database errors abort the whole transaction.
 """
 
 from __future__ import annotations
@@ -127,15 +130,20 @@ async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str,
 
 
 async def _load(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, *, lock: bool):
-    """The row (expired non-terminal sessions are canceled first) or None."""
+    """The row (expired non-terminal sessions are canceled first) or None.
+
+    ``lock`` (the writers: update, complete, cancel) returns an expired session as canceled without
+    writing: every writer then refuses it (409) and a refusal leaves nothing behind; a read persists it.
+    """
     row = await repo.get_checkout(conn, cid, for_update=lock)
     if row is None or row["caller"] != ctx.caller:  # a session belongs to the platform that opened it
         return None
     if row["status"] not in TERMINAL and row["expires_at"] <= ctx.now:
-        if not lock:
-            row = await repo.get_checkout(conn, cid, for_update=True)
-            if row["status"] in TERMINAL:
-                return row
+        if lock:
+            return {**dict(row), "status": transition(row["status"], "expire")}
+        row = await repo.get_checkout(conn, cid, for_update=True)
+        if row["status"] in TERMINAL:
+            return row
         body = dict(row["body"], status=transition(row["status"], "expire"))
         body.pop("continue_url", None)
         await repo.update_checkout(conn, cid, status=body["status"], state=row["state"], body=body, now=ctx.now)
@@ -234,25 +242,21 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
     # inventory row is locked as briefly as possible (every buyer of the product waits on it).
     charge = await demo_charge(conn, handler_id=instrument["handler_id"], token=token, amount=priced.total)
     if not charge.approved:
-        await repo.insert_payment(
-            conn,
-            ctx.company_id,
-            {
-                "id": pay_id,
-                "checkout_id": cid,
-                "handler_id": instrument["handler_id"],
-                "instrument_id": instrument["id"],
-                "token_ref": charge.token_ref,
-                "amount": priced.total,
-                "currency": ctx.currency,
-                "status": "declined",
-                "created_at": ctx.now,
-            },
-        )
+        declined = {
+            "id": pay_id,
+            "checkout_id": cid,
+            "handler_id": instrument["handler_id"],
+            "instrument_id": instrument["id"],
+            "token_ref": charge.token_ref,
+            "amount": priced.total,
+            "currency": ctx.currency,
+            "status": "declined",
+            "created_at": ctx.now,
+        }
         msg = error(
             "payment_failed", "The payment was declined; try another payment method.", path="$.payment.instruments[0]"
         )
-        return await _complete_failed(conn, ctx, cid, row, state, priced, status, [msg])
+        return await _complete_failed(conn, ctx, cid, row, state, priced, status, [msg], payment=declined)
     permalink = f"{ctx.shop.base_url}/orders/{order_id}"
     order_ref = {"id": order_id, "label": f"#{order_id[4:12].upper()}", "permalink_url": permalink}
     done = transition(status, "complete_succeeded")
@@ -297,9 +301,13 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
     return Outcome(200, body)
 
 
-async def _complete_failed(conn, ctx: CommerceContext, cid: str, row, state, priced, status, messages) -> Outcome:
-    status = transition(status, "complete_failed")
+async def _complete_failed(
+    conn, ctx: CommerceContext, cid: str, row, state, priced, status, messages, payment=None
+) -> Outcome:
+    status = transition(status, "complete_failed")  # before any write (operations raise before writing)
     body = _render(ctx, cid, state, priced, status, row["expires_at"], extra_messages=messages)
+    if payment is not None:
+        await repo.insert_payment(conn, ctx.company_id, payment)
     await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
     return Outcome(200, body)
 
