@@ -208,7 +208,9 @@ async def _sample_waits(dsn: str, seconds: float) -> dict[str, float]:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             rows = await conn.fetch(
-                "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') AS w, count(*) AS c FROM pg_stat_activity"
+                "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU')"
+                " || CASE WHEN wait_event_type = 'Lock' THEN ' (' || left(query, 30) || ')' ELSE '' END AS w,"
+                " count(*) AS c FROM pg_stat_activity"
                 " WHERE usename = 'ucp_gateway_app' AND state = 'active' AND pid <> pg_backend_pid() GROUP BY 1"
             )
             for r in rows:

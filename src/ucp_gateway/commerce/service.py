@@ -262,43 +262,56 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
     done = transition(status, "complete_succeeded")
     body = _render(ctx, cid, state, priced, done, row["expires_at"], order=order_ref)
     snapshot = order_snapshot(body, order_id=order_id, label=order_ref["label"], permalink_url=permalink)
+    writes = {
+        "checkout": {"status": done, "state": state, "body": body, "now": ctx.now},
+        "order": {
+            "id": order_id,
+            "checkout_id": cid,
+            "caller": row["caller"],
+            "currency": ctx.currency,
+            "total": priced.total,
+            "snapshot": snapshot,
+        },
+        "payment": {
+            "id": pay_id,
+            "handler_id": instrument["handler_id"],
+            "instrument_id": instrument["id"],
+            "token_ref": charge.token_ref,
+            "status": "captured",
+        },
+        "outbox": {
+            "event_type": "order.created",
+            "caller": row["caller"],
+            "payload": render_order(snapshot, [], [], ctx.order_ucp),
+            "target_url": ctx.webhook_url,
+            "now": ctx.now,
+        },
+    }
+    items = _merged(priced.reservable)
+    if len(items) == 1:  # one product: stock and order in one statement, all or nothing, no savepoint
+        if await repo.complete_order(conn, ctx.company_id, **writes, reserve=items[0]):
+            return Outcome(200, body)
+        return await _complete_failed(conn, ctx, cid, row, state, priced, status, _out_of_stock([items[0][0]]))
     try:
         async with conn.transaction():  # savepoint: the order stands or falls with the stock
-            await repo.complete_order(
-                conn,
-                ctx.company_id,
-                checkout={"status": done, "state": state, "body": body, "now": ctx.now},
-                order={
-                    "id": order_id,
-                    "checkout_id": cid,
-                    "caller": row["caller"],
-                    "currency": ctx.currency,
-                    "total": priced.total,
-                    "snapshot": snapshot,
-                },
-                payment={
-                    "id": pay_id,
-                    "handler_id": instrument["handler_id"],
-                    "instrument_id": instrument["id"],
-                    "token_ref": charge.token_ref,
-                    "status": "captured",
-                },
-                outbox={
-                    "event_type": "order.created",
-                    "caller": row["caller"],
-                    "payload": render_order(snapshot, [], [], ctx.order_ucp),
-                    "target_url": ctx.webhook_url,
-                    "now": ctx.now,
-                },
-            )
-            short = await repo.reserve_inventory(conn, priced.reservable)
+            await repo.complete_order(conn, ctx.company_id, **writes)
+            short = await repo.reserve_inventory(conn, items)  # rows locked in product order: no deadlock
             if short:
-                raise _Abort(
-                    [error("out_of_stock", f"Insufficient stock for '{p}'.", path="$.line_items") for p in short]
-                )
+                raise _Abort(_out_of_stock(short))
     except _Abort as abort:
         return await _complete_failed(conn, ctx, cid, row, state, priced, status, abort.messages)
     return Outcome(200, body)
+
+
+def _merged(items: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    out: dict[str, int] = {}
+    for pid, q in items:
+        out[pid] = out.get(pid, 0) + q
+    return sorted(out.items())
+
+
+def _out_of_stock(products: list[str]) -> list[dict[str, Any]]:
+    return [error("out_of_stock", f"Insufficient stock for '{p}'.", path="$.line_items") for p in products]
 
 
 async def _complete_failed(
