@@ -456,6 +456,9 @@ async def main() -> None:
             shutil.copy(tmp / "pg" / "pg" / "log", args.log_sql)
     finally:
         await stop_embedded(server)
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)  # the embedded data directory (tens of MB per run)
     print(f"checkout flows (create -> update -> complete), {args.buyers} buyer agents, {args.seconds:.0f} s per run")
     labels = (("signed", "signed + audited"), ("plain", "no signatures, no audit"))
     for phase, title in (
