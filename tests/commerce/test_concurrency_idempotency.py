@@ -126,6 +126,9 @@ async def test_fifty_buyers_last_ten_items_never_oversell(client, database, comp
     async with tenant_tx(database.pool, company.id) as conn:
         assert await conn.fetchval("SELECT quantity FROM inventory WHERE product_id = 'orchid_white'") == 0
         assert await conn.fetchval("SELECT count(*) FROM orders") == 10
+        # the order, payment and webhook of a buyer who lost the race were rolled back with the stock
+        assert await conn.fetchval("SELECT count(*) FROM payments") == 10
+        assert await conn.fetchval("SELECT count(*) FROM webhook_outbox") == 10
 
 
 async def test_every_call_is_an_audited_buyer_verb(client, database, company):
@@ -184,3 +187,27 @@ async def test_payment_credential_is_stored_nowhere(client, database, company):
     finally:
         await owner.close()
     assert hits == []
+
+
+async def test_business_profile_is_built_once_for_concurrent_requests(client, monkeypatch):
+    """After the profile cache expires, concurrent requests share one build (single flight)."""
+    import ucp_gateway.discovery.web as discovery_web
+    from ucp_gateway.commerce.context import PROFILE_CACHE
+
+    real, builds = discovery_web.company_profile_document, []
+
+    async def counting(app, company, origin):
+        builds.append(origin)
+        await asyncio.sleep(0.05)  # let every request arrive while the build is in flight
+        return await real(app, company, origin)
+
+    monkeypatch.setattr(discovery_web, "company_profile_document", counting)
+    client.server.app[PROFILE_CACHE].clear()
+    rs = await asyncio.gather(
+        *[
+            client.post(url("/checkout-sessions"), json=payload(), headers=headers(agent(f"b{i}"), key=new_key()))
+            for i in range(8)
+        ]
+    )
+    assert [r.status for r in rs] == [201] * 8
+    assert len(builds) == 1

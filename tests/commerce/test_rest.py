@@ -5,6 +5,8 @@ from __future__ import annotations
 from ucp_sdk.models.schemas.shopping.checkout import Checkout
 from ucp_sdk.models.schemas.shopping.order import Order
 
+from ucp_gateway.db import tenant_tx
+
 from .conftest import SHIP_US, agent, headers, make_app, new_key, pay, payload, started, url
 
 
@@ -226,3 +228,19 @@ async def test_per_buyer_agent_limits(aiohttp_client, database, db_settings, com
     r = await c.get(url(f"/checkout-sessions/{cid}"), headers=headers(agent("other")))
     assert r.status == 200  # another buyer agent has its own budget ...
     assert (await r.json())["messages"][0]["code"] == "not_found"  # ... and never sees this session
+
+
+async def test_refused_write_on_expired_session_leaves_it_untouched(frozen_client, clock, database, company):
+    """A writer refuses an expired session (409) without writing; a read then cancels it."""
+    r = await frozen_client.post(url("/checkout-sessions"), json=payload(), headers=headers(key=new_key()))
+    co = await r.json()
+    clock.advance(6 * 3600)
+    for path, body in ((f"/checkout-sessions/{co['id']}", payload()), (f"/checkout-sessions/{co['id']}/cancel", {})):
+        r = await frozen_client.request(
+            "PUT" if path.endswith(co["id"]) else "POST", url(path), json=body, headers=headers(key=new_key())
+        )
+        assert r.status == 409 and "canceled" in (await r.json())["content"]
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT status FROM checkout_sessions WHERE id = $1", co["id"]) == co["status"]
+    r = await frozen_client.get(url(f"/checkout-sessions/{co['id']}"), headers=headers())
+    assert (await r.json())["status"] == "canceled"

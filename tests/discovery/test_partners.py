@@ -177,3 +177,23 @@ async def test_cli_add_list_remove_policy(db_settings, database, company, capsys
         await run("partners", "list", "--company", "nope")
     with pytest.raises(SystemExit):
         parser.parse_args(["partners", "add", "--company", "acme", "--profile", P1, "--role", "god"])
+
+
+async def test_negotiation_is_reused_only_for_the_same_profiles(database, company, platform_server, clock) -> None:
+    fetcher = ProfileFetcher(fetch_settings(), clock=clock)
+    header = f'profile="{platform_server.url()}"'
+    kw = dict(fetcher=fetcher, pool=database.pool, company=company, http_hosts=frozenset({"127.0.0.1"}))
+    try:
+        a = await negotiate_request(header=header, operation="checkout", business_profile=BUSINESS, **kw)
+        b = await negotiate_request(header=header, operation="checkout", business_profile=BUSINESS, **kw)
+        assert b.negotiated is a.negotiated  # same fetched profile, same business document
+        # a refreshed business document (a new object, here without fulfillment) is negotiated afresh
+        caps = {k: v for k, v in BUSINESS["ucp"]["capabilities"].items() if k != "dev.ucp.shopping.fulfillment"}
+        other = {**BUSINESS, "ucp": {**BUSINESS["ucp"], "capabilities": caps}}
+        c = await negotiate_request(header=header, operation="checkout", business_profile=other, **kw)
+        assert c.negotiated is not a.negotiated
+        assert set(c.negotiated.capabilities) == {"dev.ucp.shopping.checkout"}
+        with pytest.raises(CapabilitiesIncompatible):  # refusals are never remembered as successes
+            await negotiate_request(header=header, operation="order", business_profile=BUSINESS, **kw)
+    finally:
+        await fetcher.close()

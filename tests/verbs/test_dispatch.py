@@ -317,3 +317,17 @@ async def test_irreversible_class_disabled_by_company(shop, database, dispatcher
 async def test_non_json_numbers_are_invalid_arguments(shop, dispatcher):
     env = await run(dispatcher, staff(shop), "customer.context", {"customer_id": "cust_1", "x": float("nan")})
     assert env["error"]["reason"] == "invalid_arguments" and env["audit_id"]
+
+
+async def test_stored_receipt_names_its_audit_row(shop, dispatcher, database):
+    """The audit row and the stored envelope are written by one statement: same audit id everywhere."""
+    p = staff(shop, "employee")
+    env = await run(dispatcher, p, "crm_contact_update", UPDATE, confirm=True, idempotency_key="k-aud")
+    assert env["ok"] and env["audit_id"] == env["result"]["audit_id"] > 0
+    async with tenant_tx(database.pool, shop.id) as c:
+        rec = await c.fetchrow("SELECT audit_id, envelope FROM verb_idempotency WHERE key = 'k-aud'")
+        row = await c.fetchrow("SELECT decision, verb FROM verb_audit_log WHERE audit_id = $1", env["audit_id"])
+    assert rec["audit_id"] == env["audit_id"] and rec["envelope"] == env
+    assert (row["decision"], row["verb"]) == ("allowed", "crm_contact_update")
+    again = await run(dispatcher, p, "crm_contact_update", UPDATE, confirm=True, idempotency_key="k-aud")
+    assert again == {**env, "replayed": True}

@@ -6,6 +6,7 @@ intersection on the request (``REQ_NEGOTIATED``), that list is used instead (UCP
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -119,14 +120,37 @@ async def _business_profile(app: web.Application, company: Company, origin: str)
     from ..discovery.web import company_profile_document
 
     cache = app[PROFILE_CACHE] if PROFILE_CACHE in app else None
+    if cache is None:
+        return await company_profile_document(app, company, origin)
     key = (company.id, origin)
-    hit = cache.get(key) if cache is not None else None
+    hit = cache.get(key)
     if hit and hit[0] > time.monotonic():
-        return hit[1]
-    doc = await company_profile_document(app, company, origin)
-    if cache is not None:
-        if len(cache) > 4096:  # bounded: one entry per (company, origin)
-            cache.clear()
+        if not isinstance(hit[1], asyncio.Future):
+            return hit[1]
+        try:
+            return await asyncio.shield(hit[1])
+        except asyncio.CancelledError:
+            if not hit[1].cancelled():  # this request was cancelled, not the build
+                raise
+            return await company_profile_document(app, company, origin)
+    # single flight: concurrent requests after expiry wait for one build instead of each building it
+    fut: asyncio.Future = asyncio.get_running_loop().create_future()
+    if len(cache) > 4096:  # bounded: one entry per (company, origin)
+        cache.clear()
+    cache[key] = (time.monotonic() + _PROFILE_TTL, fut)
+    try:
+        doc = await company_profile_document(app, company, origin)
+    except BaseException as exc:
+        if cache.get(key, (0, None))[1] is fut:
+            del cache[key]
+        if isinstance(exc, asyncio.CancelledError):
+            fut.cancel()
+        else:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: no "never retrieved" warning when nobody waits
+        raise
+    fut.set_result(doc)
+    if cache.get(key, (0, None))[1] is fut:
         cache[key] = (time.monotonic() + _PROFILE_TTL, doc)
     return doc
 
@@ -151,6 +175,7 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
         from ..discovery.agent_header import parse_ucp_agent
         from ..discovery.errors import CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported
         from ..discovery.service import negotiate_request
+        from ..discovery.trust import REQ_AGENT_ROLE
         from ..discovery.web import PROFILE_FETCHER
     except ImportError:
         return None
@@ -172,6 +197,8 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
             continue_url=origin + "/",
             http_hosts=hosts,
             agent=agent,
+            # the trust middleware resolved the role of this UCP-Agent profile (its cache, its TTL)
+            role=request.get(REQ_AGENT_ROLE) if agent is None else None,
         )
     except (CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported):
         if not settings.conformance_mode:
@@ -181,15 +208,27 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
         # webhook_url from the raw profile at delivery time.
         agent = agent or parse_ucp_agent(header, http_hosts=hosts)
         return Negotiation(agent.profile, None, None, None)
-    order_caps = (
-        rn.negotiated.response_registry("order") if "dev.ucp.shopping.order" in rn.negotiated.capabilities else None
+    return _negotiation(rn.agent.profile, rn.negotiated, rn.profile, operation)
+
+
+# The Negotiation derived from one (negotiated, platform profile) pair is the same every time:
+# reuse it while discovery hands out the same objects (identity keys; entries hold the objects).
+_NEG_MEMO: dict[tuple, tuple[Any, Any, Negotiation]] = {}
+
+
+def _negotiation(profile_url: str, negotiated: Any, profile: Any, operation: str) -> Negotiation:
+    key = (id(negotiated), id(profile), profile_url, operation)
+    hit = _NEG_MEMO.get(key)
+    if hit is not None and hit[0] is negotiated and hit[1] is profile:
+        return hit[2]
+    order_caps = negotiated.response_registry("order") if "dev.ucp.shopping.order" in negotiated.capabilities else None
+    out = Negotiation(
+        profile_url, negotiated.response_registry(operation), order_caps, _webhook_url(profile.capabilities)
     )
-    return Negotiation(
-        rn.agent.profile,
-        rn.negotiated.response_registry(operation),
-        order_caps,
-        _webhook_url(rn.profile.capabilities),
-    )
+    if len(_NEG_MEMO) >= 2048:  # bounded
+        _NEG_MEMO.clear()
+    _NEG_MEMO[key] = (negotiated, profile, out)
+    return out
 
 
 def caller_of(request: web.Request, neg: Negotiation | None = None) -> str:

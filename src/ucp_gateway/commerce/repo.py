@@ -15,6 +15,7 @@ import asyncpg
 from .catalog import Address, Catalog, DiscountRule, PickupLocation, Product, Promotion, ShippingRate
 
 __all__ = [
+    "complete_order",
     "get_checkout",
     "get_order_rows",
     "insert_checkout",
@@ -193,6 +194,75 @@ async def insert_event(conn: asyncpg.Connection, company_id: uuid.UUID, order_id
         order_id,
         datetime.fromisoformat(ev["occurred_at"].replace("Z", "+00:00")),
     )
+
+
+async def complete_order(
+    conn: asyncpg.Connection,
+    company_id: uuid.UUID,
+    *,
+    checkout: dict[str, Any],
+    order: dict[str, Any],
+    payment: dict[str, Any],
+    outbox: dict[str, Any],
+    reserve: tuple[str, int] | None = None,
+) -> bool:
+    """Write a completed checkout in one statement: the checkout row (status, state, body, order_id),
+    the order, the captured payment and the ``order created`` outbox event with its queue entry.
+
+    ``checkout``: ``status``, ``state``, ``body``, ``now`` (also the order's and the payment's
+    timestamp). ``order``: the columns of :func:`insert_order`. ``payment``: ``id``, ``handler_id``,
+    ``instrument_id``, ``token_ref``, ``status`` (amount and currency are the order's).
+    ``outbox``: ``event_type``, ``caller``, ``payload``, ``target_url``, ``now``.
+    ``reserve``: one ``(product_id, quantity)`` to take from stock in the same statement (never
+    below zero, as :func:`reserve_inventory`); when the stock is short nothing at all is written.
+    Returns: True when written, False when ``reserve`` found the stock short.
+    """
+    body = json.dumps(outbox["payload"], separators=(",", ":"), sort_keys=False).encode()
+    p, o = payment, order
+    inv, cond, extra = "", "true", []
+    if reserve is not None:
+        inv = (
+            "inv AS (UPDATE inventory SET quantity = quantity - $24 WHERE product_id = $23 AND quantity >= $24"
+            " RETURNING 1),"
+        )
+        cond, extra = "EXISTS (SELECT 1 FROM inv)", [reserve[0], reserve[1]]
+    done = await conn.fetchval(
+        f"WITH {inv} c AS (UPDATE checkout_sessions SET status = $2, state = $3, body = $4, updated_at = $5,"
+        f"   order_id = $6 WHERE id = $7 AND {cond} RETURNING 1),"
+        " o AS (INSERT INTO orders (company_id, id, checkout_id, caller, currency, total, snapshot, created_at,"
+        f"   updated_at) SELECT $1, $6, $7, $8, $9, $10, $11, $5, $5 WHERE {cond} RETURNING 1),"
+        " p AS (INSERT INTO payments (company_id, id, checkout_id, order_id, handler_id, instrument_id, token_ref,"
+        "   amount, currency, status, created_at)"
+        f"   SELECT $1, $12, $7, $6, $13, $14, $15, $10, $9, $16, $5 WHERE {cond} RETURNING 1),"
+        " w AS (INSERT INTO webhook_outbox (company_id, id, order_id, event_type, caller, payload, created_at,"
+        f"   next_attempt_at, target_url) SELECT $1, $17, $6, $18, $19, $20, $21, $21, $22 WHERE {cond} RETURNING 1)"
+        f" INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) SELECT $1, $17, $21 WHERE {cond}"
+        " RETURNING true",
+        company_id,
+        checkout["status"],
+        checkout["state"],
+        checkout["body"],
+        checkout["now"],
+        o["id"],
+        o["checkout_id"],
+        o["caller"],
+        o["currency"],
+        o["total"],
+        o["snapshot"],
+        p["id"],
+        p["handler_id"],
+        p["instrument_id"],
+        p["token_ref"],
+        p["status"],
+        uuid.uuid4(),
+        outbox["event_type"],
+        outbox["caller"],
+        body,
+        outbox["now"],
+        outbox.get("target_url"),
+        *extra,
+    )
+    return bool(done)
 
 
 async def get_order_rows(

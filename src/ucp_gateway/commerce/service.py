@@ -3,6 +3,9 @@
 Each operation returns an :class:`Outcome` (HTTP status + JSON body): business outcomes are bodies
 (201/200 resources, 200 error envelopes); protocol errors are raised as GatewayError subclasses
 (``InvalidTransition`` -> 409, ``InvalidRequest`` -> 400). Prices come from the catalogue only.
+Contract: an operation raises a 4xx GatewayError only before its first write, so a refused call
+leaves nothing behind without a savepoint (the verb handler commits the refusal's audit row and
+idempotency record). Database errors abort the whole transaction.
 """
 
 from __future__ import annotations
@@ -127,15 +130,20 @@ async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str,
 
 
 async def _load(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, *, lock: bool):
-    """The row (expired non-terminal sessions are canceled first) or None."""
+    """The row (expired non-terminal sessions are canceled first) or None.
+
+    ``lock`` (the writers: update, complete, cancel) returns an expired session as canceled without
+    writing: every writer then refuses it (409) and a refusal leaves nothing behind; a read persists it.
+    """
     row = await repo.get_checkout(conn, cid, for_update=lock)
     if row is None or row["caller"] != ctx.caller:  # a session belongs to the platform that opened it
         return None
     if row["status"] not in TERMINAL and row["expires_at"] <= ctx.now:
-        if not lock:
-            row = await repo.get_checkout(conn, cid, for_update=True)
-            if row["status"] in TERMINAL:
-                return row
+        if lock:
+            return {**dict(row), "status": transition(row["status"], "expire")}
+        row = await repo.get_checkout(conn, cid, for_update=True)
+        if row["status"] in TERMINAL:
+            return row
         body = dict(row["body"], status=transition(row["status"], "expire"))
         body.pop("continue_url", None)
         await repo.update_checkout(conn, cid, status=body["status"], state=row["state"], body=body, now=ctx.now)
@@ -229,91 +237,91 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
     status = transition(transition(row["status"], "recompute:ready_for_complete"), "complete_started")
     order_id = f"ord_{uuid.uuid4().hex}"
     pay_id = f"pay_{uuid.uuid4().hex}"
-    charge = None
-    try:
-        async with conn.transaction():  # savepoint: stock and charge stand or fall together
-            short = await repo.reserve_inventory(conn, priced.reservable)
-            if short:
-                raise _Abort(
-                    [error("out_of_stock", f"Insufficient stock for '{p}'.", path="$.line_items") for p in short]
-                )
-            charge = await demo_charge(conn, handler_id=instrument["handler_id"], token=token, amount=priced.total)
-            if not charge.approved:
-                raise _Abort(
-                    [
-                        error(
-                            "payment_failed",
-                            "The payment was declined; try another payment method.",
-                            path="$.payment.instruments[0]",
-                        )
-                    ]
-                )
-    except _Abort as abort:
-        if charge is not None:
-            await repo.insert_payment(
-                conn,
-                ctx.company_id,
-                {
-                    "id": pay_id,
-                    "checkout_id": cid,
-                    "handler_id": instrument["handler_id"],
-                    "instrument_id": instrument["id"],
-                    "token_ref": charge.token_ref,
-                    "amount": priced.total,
-                    "currency": ctx.currency,
-                    "status": "declined",
-                    "created_at": ctx.now,
-                },
-            )
-        status = transition(status, "complete_failed")
-        body = _render(ctx, cid, state, priced, status, row["expires_at"], extra_messages=abort.messages)
-        await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
-        return Outcome(200, body)
+    # The demo charge only checks the token (no side effect), so it runs before anything is written;
+    # the stock is taken last, by the statement right before the verb's commit, so the product's
+    # inventory row is locked as briefly as possible (every buyer of the product waits on it).
+    charge = await demo_charge(conn, handler_id=instrument["handler_id"], token=token, amount=priced.total)
+    if not charge.approved:
+        declined = {
+            "id": pay_id,
+            "checkout_id": cid,
+            "handler_id": instrument["handler_id"],
+            "instrument_id": instrument["id"],
+            "token_ref": charge.token_ref,
+            "amount": priced.total,
+            "currency": ctx.currency,
+            "status": "declined",
+            "created_at": ctx.now,
+        }
+        msg = error(
+            "payment_failed", "The payment was declined; try another payment method.", path="$.payment.instruments[0]"
+        )
+        return await _complete_failed(conn, ctx, cid, row, state, priced, status, [msg], payment=declined)
     permalink = f"{ctx.shop.base_url}/orders/{order_id}"
     order_ref = {"id": order_id, "label": f"#{order_id[4:12].upper()}", "permalink_url": permalink}
-    status = transition(status, "complete_succeeded")
-    body = _render(ctx, cid, state, priced, status, row["expires_at"], order=order_ref)
+    done = transition(status, "complete_succeeded")
+    body = _render(ctx, cid, state, priced, done, row["expires_at"], order=order_ref)
     snapshot = order_snapshot(body, order_id=order_id, label=order_ref["label"], permalink_url=permalink)
-    await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now, order_id=order_id)
-    await repo.insert_order(
-        conn,
-        ctx.company_id,
-        {
+    writes = {
+        "checkout": {"status": done, "state": state, "body": body, "now": ctx.now},
+        "order": {
             "id": order_id,
             "checkout_id": cid,
             "caller": row["caller"],
             "currency": ctx.currency,
             "total": priced.total,
             "snapshot": snapshot,
-            "created_at": ctx.now,
         },
-    )
-    await repo.insert_payment(
-        conn,
-        ctx.company_id,
-        {
+        "payment": {
             "id": pay_id,
-            "checkout_id": cid,
-            "order_id": order_id,
             "handler_id": instrument["handler_id"],
             "instrument_id": instrument["id"],
             "token_ref": charge.token_ref,
-            "amount": priced.total,
-            "currency": ctx.currency,
             "status": "captured",
-            "created_at": ctx.now,
         },
-    )
-    await repo.insert_outbox(
-        conn,
-        ctx.company_id,
-        order_id=order_id,
-        event_type="order.created",
-        caller=row["caller"],
-        payload=render_order(snapshot, [], [], ctx.order_ucp),
-        target_url=ctx.webhook_url,
-        now=ctx.now,
-    )
+        "outbox": {
+            "event_type": "order.created",
+            "caller": row["caller"],
+            "payload": render_order(snapshot, [], [], ctx.order_ucp),
+            "target_url": ctx.webhook_url,
+            "now": ctx.now,
+        },
+    }
+    items = _merged(priced.reservable)
+    if len(items) == 1:  # one product: stock and order in one statement, all or nothing, no savepoint
+        if await repo.complete_order(conn, ctx.company_id, **writes, reserve=items[0]):
+            return Outcome(200, body)
+        return await _complete_failed(conn, ctx, cid, row, state, priced, status, _out_of_stock([items[0][0]]))
+    try:
+        async with conn.transaction():  # savepoint: the order stands or falls with the stock
+            await repo.complete_order(conn, ctx.company_id, **writes)
+            short = await repo.reserve_inventory(conn, items)  # rows locked in product order: no deadlock
+            if short:
+                raise _Abort(_out_of_stock(short))
+    except _Abort as abort:
+        return await _complete_failed(conn, ctx, cid, row, state, priced, status, abort.messages)
+    return Outcome(200, body)
+
+
+def _merged(items: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    out: dict[str, int] = {}
+    for pid, q in items:
+        out[pid] = out.get(pid, 0) + q
+    return sorted(out.items())
+
+
+def _out_of_stock(products: list[str]) -> list[dict[str, Any]]:
+    return [error("out_of_stock", f"Insufficient stock for '{p}'.", path="$.line_items") for p in products]
+
+
+async def _complete_failed(
+    conn, ctx: CommerceContext, cid: str, row, state, priced, status, messages, payment=None
+) -> Outcome:
+    status = transition(status, "complete_failed")  # before any write (operations raise before writing)
+    body = _render(ctx, cid, state, priced, status, row["expires_at"], extra_messages=messages)
+    if payment is not None:
+        await repo.insert_payment(conn, ctx.company_id, payment)
+    await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
     return Outcome(200, body)
 
 

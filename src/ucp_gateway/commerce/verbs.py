@@ -75,11 +75,8 @@ def _handler(name: str, op: Op, read: bool):
         cctx = CURRENT.get()
         args = dict(ctx.args)
         try:
-            if read:  # READ verbs run in the runtime's group transaction: no savepoints there
-                out = await op(ctx.conn, cctx, args)
-            else:
-                async with ctx.conn.transaction():  # savepoint: a refused operation leaves nothing behind
-                    out = await op(ctx.conn, cctx, args)
+            # no savepoint: operations raise 4xx only before their first write (service.py contract)
+            out = await op(ctx.conn, cctx, args)
         except GatewayError as exc:
             if exc.http_status >= 500:
                 raise

@@ -7,8 +7,10 @@ URL. MCP carries the same value in ``params.arguments.meta["ucp-agent"].profile`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -78,6 +80,13 @@ def parse_ucp_agent(header: str | None, *, http_hosts: frozenset[str] = frozense
     """
     if header is None or not header.strip():
         raise InvalidProfileUrl("UCP-Agent header is required")
+    return _parse(header, http_hosts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(header: str, http_hosts: frozenset[str]) -> AgentHeader:
+    # pure, and the trust middleware and negotiation both parse the same value per request: memoised
+    # (refusals raise and are never cached; the result is immutable)
     try:
         parsed = http_sf.parse(header.encode("ascii"), tltype="dictionary")
     except (UnicodeEncodeError, ValueError, http_sf.StructuredFieldError) as exc:  # type: ignore[attr-defined]
@@ -91,7 +100,7 @@ def parse_ucp_agent(header: str | None, *, http_hosts: frozenset[str] = frozense
     if "version" in parsed:
         v = parsed["version"][0]
         version = v if type(v) is str else None
-    return AgentHeader(validate_profile_url(value, http_hosts=http_hosts), version, dict(params))
+    return AgentHeader(validate_profile_url(value, http_hosts=http_hosts), version, MappingProxyType(dict(params)))
 
 
 def agent_from_meta(meta: Mapping[str, Any] | None, *, http_hosts: frozenset[str] = frozenset()) -> AgentHeader:

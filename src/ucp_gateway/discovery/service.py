@@ -8,6 +8,7 @@ envelope).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,32 @@ from .partners import AgentRole, role_for_agent
 from .profiles import PlatformProfile
 
 __all__ = ["RequestNegotiation", "negotiate_request"]
+
+# negotiate() is pure: its result for the very same profile objects (the fetcher's and the business
+# profile caches hand out one object until they refresh it) is reused. Keyed by identity, and the
+# entry keeps both objects so an id is never reused while its entry lives.
+_MEMO: OrderedDict[tuple, tuple[Any, Any, Negotiated]] = OrderedDict()
+_MEMO_SIZE = 1024
+
+
+def _negotiate_memo(ucp: Mapping[str, Any], profile: PlatformProfile, version: str, operation, continue_url):
+    key = (id(ucp), id(profile), version, operation, continue_url)
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is ucp and hit[1] is profile:
+        return hit[2]
+    negotiated = negotiate(  # raises (not cached): VersionUnsupported, CapabilitiesIncompatible
+        platform_version=version,
+        platform_capabilities=profile.capabilities,
+        business_version=ucp["version"],
+        business_capabilities=ucp.get("capabilities") or {},
+        supported_versions=ucp.get("supported_versions"),
+        operation=operation,
+        continue_url=continue_url,
+    )
+    _MEMO[key] = (ucp, profile, negotiated)
+    while len(_MEMO) > _MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return negotiated
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +72,7 @@ async def negotiate_request(
     continue_url: str | None = None,
     http_hosts: frozenset[str] = frozenset(),
     agent: AgentHeader | None = None,
+    role: AgentRole | None = None,
 ) -> RequestNegotiation:
     """Parse ``UCP-Agent`` (or take ``agent`` from MCP meta), check trust, fetch, negotiate.
 
@@ -52,20 +80,16 @@ async def negotiate_request(
         header: the raw ``UCP-Agent`` value (ignored when ``agent`` is given).
         business_profile: the company's profile document (``build_company_profile`` output).
         operation: ``checkout`` | ``cart`` | ``order`` | ``catalog`` | a capability name, or None.
+        role: the agent's role when the trust middleware already resolved it for this request
+            (``REQ_AGENT_ROLE``, same profile URL): saves the partner lookup's transaction.
     Raises: InvalidProfileUrl 400, ProfileNotTrusted 403, ProfileUnreachable 424, ProfileMalformed 422,
         VersionUnsupported 422, CapabilitiesIncompatible (200 envelope).
     """
     agent = agent or parse_ucp_agent(header, http_hosts=http_hosts)
-    role = await role_for_agent(pool, company.id, agent.profile)
+    if role is None:
+        role = await role_for_agent(pool, company.id, agent.profile)
     profile = await fetcher.get_profile(agent.profile)
-    ucp = business_profile["ucp"]
-    negotiated = negotiate(
-        platform_version=agent.version or profile.version,
-        platform_capabilities=profile.capabilities,
-        business_version=ucp["version"],
-        business_capabilities=ucp.get("capabilities") or {},
-        supported_versions=ucp.get("supported_versions"),
-        operation=operation,
-        continue_url=continue_url,
+    negotiated = _negotiate_memo(
+        business_profile["ucp"], profile, agent.version or profile.version, operation, continue_url
     )
     return RequestNegotiation(agent, profile, role, negotiated)

@@ -62,6 +62,8 @@ class Inputs:
         stored_digest: args digest stored under the idempotency key, if a completed receipt exists.
         secrets / current_kid: nonce keys. fresh_nonce_id: 16 random hex chars for a new nonce.
         now: aware UTC datetime. nonce_ttl: seconds.
+        deferred: the idempotency record was not read (the shell lets the execution's atomic key
+            claim find a replay or conflict; ``stored_digest`` is then None).
     """
 
     company_tier: str
@@ -74,6 +76,7 @@ class Inputs:
     principal_used: tuple[int, int] = (0, 0)
     stored_digest: str | None = None
     nonce_ttl: int = 300
+    deferred: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,7 +82,12 @@ class Dispatcher:
         v = caps.get(cap_class)
         return None if v is None else int(v)
 
-    async def _inputs(self, verb: Verb | None, principal: Principal, call: Call, company: Company, now) -> Inputs:
+    async def _inputs(
+        self, verb: Verb | None, principal: Principal, call: Call, company: Company, now, *, lazy: bool = False
+    ) -> Inputs:
+        """The facts ``decide`` needs. ``lazy``: when the only stored fact would be the idempotency
+        record (no cap, no principal limit), skip its read and return ``Inputs.deferred = True``:
+        the execution's atomic key claim then finds a replay or a conflict (see :meth:`dispatch`)."""
         base = {
             "company_tier": company.tier,
             "secrets": self._secrets,
@@ -101,6 +106,8 @@ class Dispatcher:
                 return Inputs(**base)
         cap_class = cap_class_for(verb, principal, cls)
         lim = verb.policy.principal_limit
+        if lazy and cap_class is None and (lim is None or principal.kind != "buyer"):
+            return Inputs(**base, deferred=True)
         async with tenant_tx(self.pool, company.id) as conn:
             stored = None
             if call.idempotency_key:
@@ -133,7 +140,12 @@ class Dispatcher:
             company = await get_company(self.pool, str(principal.company_id))
         verb = self.registry.get(call.verb) if isinstance(call.verb, str) else None
         t0 = time.perf_counter()
-        decision = decide(verb, principal, call, await self._inputs(verb, principal, call, company, now), self.registry)
+        inputs = await self._inputs(verb, principal, call, company, now, lazy=True)
+        decision = decide(verb, principal, call, inputs, self.registry)
+        if inputs.deferred and decision.outcome != "execute" and call.idempotency_key:
+            # a stored receipt would have taken precedence over this refusal: decide on the full facts
+            inputs = await self._inputs(verb, principal, call, company, now)
+            decision = decide(verb, principal, call, inputs, self.registry)
         if decision.outcome in ("deny", "pending"):
             return await self._refuse(principal, company, call, verb, decision, now)
         if decision.outcome == "replay":
@@ -200,10 +212,28 @@ class Dispatcher:
                     children=ctx.children or None,
                     transaction_id=ctx.transaction_id,
                 )
-            audit_id, _ = await audit.append(conn, company.id, entry)
-            env = self._success(verb, result, audit_id, key, entry, now)
-            if key is not None:
-                await store.finish_key(conn, principal.key, verb.name, key, env, audit_id)
+            if key is None:
+                audit_id, _ = await audit.append(conn, company.id, entry)
+                return self._success(verb, result, audit_id, key, entry, now)
+            # audit row and stored envelope in one last statement: the chain head is locked only
+            # from there to COMMIT (it serialises the company's writes)
+            env = self._success(verb, result, 0, key, entry, now, validate=False)
+            # result.audit_id is this row's, except a revert's that names the reverted action
+            patch = verb.shape != "revert" or "audit_id" not in result
+            audit_id, _ = await store.append_and_finish_key(
+                conn,
+                company.id,
+                entry,
+                principal=principal.key,
+                verb=verb.name,
+                key=key,
+                envelope=env,
+                result_audit_id=patch,
+            )
+            env["audit_id"] = audit_id
+            if patch:
+                env["result"]["audit_id"] = audit_id
+            self._check_output(verb, env["result"])
         return env
 
     async def _count(self, conn, principal, company, verb: Verb, cap_class, args, now) -> None:
@@ -262,7 +292,9 @@ class Dispatcher:
         env.pop("audit_id", None)
         return env, entry
 
-    def _success(self, verb: Verb, result: dict[str, Any], audit_id: int, key, entry, now) -> dict[str, Any]:
+    def _success(
+        self, verb: Verb, result: dict[str, Any], audit_id: int, key, entry, now, *, validate: bool = True
+    ) -> dict[str, Any]:
         env: dict[str, Any] = {"ok": True, "verb": verb.name, "audit_id": audit_id}
         if key is not None:
             receipt = {
@@ -280,12 +312,17 @@ class Dispatcher:
                 idempotency_key=key,
                 **({"rollback_handle": receipt["rollback_handle"]} if "rollback_handle" in receipt else {}),
             )
+        if validate:
+            self._check_output(verb, result)
+        env["result"] = result
+        return env
+
+    def _check_output(self, verb: Verb, result: dict[str, Any]) -> None:
+        """Raise VerbError(execution_failed) when output checks are on and ``result`` breaks the shape."""
         err = next(iter(shape_validator(verb.shape).iter_errors(result)), None) if self.validate_output else None
         if err is not None:
             log.error("verb %s output breaks shape %s: %s", verb.name, verb.shape, err.message)
             raise VerbError("execution_failed", f"output does not match the {verb.shape} shape")
-        env["result"] = result
-        return env
 
     # ---- exits that execute nothing -------------------------------------------------------------
     def _entry(self, principal, company, call, verb, decision: Decision, outcome, status, now) -> dict[str, Any]:

@@ -16,7 +16,10 @@ from uuid import UUID
 
 import asyncpg
 
+from .consent import canonical_json
+
 __all__ = [
+    "append_and_finish_key",
     "cap_used",
     "claim_key",
     "consume_nonce",
@@ -87,6 +90,52 @@ async def finish_key(
         envelope,
         audit_id,
     )
+
+
+async def append_and_finish_key(
+    conn: asyncpg.Connection,
+    company_id: UUID,
+    entry: dict[str, Any],
+    *,
+    principal: str,
+    verb: str,
+    key: str,
+    envelope: dict[str, Any],
+    result_audit_id: bool,
+) -> tuple[int, int]:
+    """Append ``entry`` to the company's audit chain and store the envelope under the claimed key,
+    in one statement (the caller's transaction; meant as its last statement before COMMIT, so the
+    chain head's row lock is held for this statement and the commit only).
+
+    The new audit id is written into the stored envelope's ``audit_id`` and, when
+    ``result_audit_id``, into ``result.audit_id`` (the caller patches its own copy the same way).
+    ``entry`` as for :func:`audit.append`. Returns ``(audit_id, seq)``.
+    """
+    row = await conn.fetchrow(
+        "WITH a AS (SELECT audit_id, seq FROM verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::jsonb, $8)),"
+        " f AS (UPDATE verb_idempotency i SET audit_id = a.audit_id, envelope = CASE WHEN $13::boolean"
+        "   THEN jsonb_set(jsonb_set($12::jsonb, '{audit_id}', to_jsonb(a.audit_id)), '{result,audit_id}',"
+        "     to_jsonb(a.audit_id))"
+        "   ELSE jsonb_set($12::jsonb, '{audit_id}', to_jsonb(a.audit_id)) END"
+        "  FROM a WHERE i.principal = $9 AND i.verb = $10 AND i.key = $11 RETURNING 1)"
+        " SELECT audit_id, seq, (SELECT count(*) FROM f) AS finished FROM a",
+        company_id,
+        datetime.fromisoformat(entry["at"].replace("Z", "+00:00")),
+        entry["verb"],
+        entry["decision"],
+        entry["status"],
+        entry["principal"]["subject"],
+        entry,
+        canonical_json(entry),
+        principal,
+        verb,
+        key,
+        envelope,
+        result_audit_id,
+    )
+    if row["finished"] != 1:  # the claim is this transaction's own row: anything else is a bug
+        raise RuntimeError(f"idempotency record for {verb} not found in this transaction")
+    return int(row["audit_id"]), int(row["seq"])
 
 
 async def cap_used(conn: asyncpg.Connection, cap_class: str, day: date) -> int:
