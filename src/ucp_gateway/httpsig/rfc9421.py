@@ -10,6 +10,7 @@ No I/O here.
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as dt
 import re
 from collections.abc import Iterable
@@ -24,7 +25,7 @@ from http_message_signatures import HTTPMessageSignaturesException, HTTPMessageV
 from http_sf.compat import Dictionary, InnerList
 from multidict import CIMultiDict
 
-from .base import fast_signature_base
+from .base import fast_base_for_ids
 from .errors import AlgorithmUnsupported, SignatureInvalid
 
 __all__ = [
@@ -134,17 +135,24 @@ def _signature_dict(value: str) -> dict:
     with a regex (http_sf's byte-sequence parser is slow in pure Python); anything else goes
     through http_sf."""
     v = value.strip(" ")
+    m = _SIG_MEMBER.fullmatch(v)
+    if m is not None:  # the usual single member
+        return {m.group(1): (_b64_strict(m.group(2)), {})}
     if _SIG_FIELD.fullmatch(v):
         out: dict = {}
-        for m in _SIG_MEMBER.finditer(v):
-            if m.group(1) in out:
+        for label, b64 in _SIG_MEMBER.findall(v):
+            if label in out:
                 raise SignatureInvalid("malformed Signature field")
-            try:
-                out[m.group(1)] = (base64.b64decode(m.group(2), validate=True), {})
-            except ValueError:
-                raise SignatureInvalid("malformed Signature field") from None
+            out[label] = (_b64_strict(b64), {})
         return out
     return _sf_dict(value, "Signature")
+
+
+def _b64_strict(b64: str) -> bytes:
+    try:
+        return binascii.a2b_base64(b64, strict_mode=True)  # = base64.b64decode(validate=True)
+    except binascii.Error:
+        raise SignatureInvalid("malformed Signature field") from None
 
 
 _SI_COMP = r'"[a-z0-9@!#$%&\'*+.^_`|~-]+"'
@@ -162,20 +170,25 @@ def _signature_input_dict(value: str) -> dict:
     tests/httpsig/test_base.py checks both readers agree.
     """
     v = value.strip(" ")
-    if not _SI_FIELD.fullmatch(v):
+    m = _SI_MEMBER.fullmatch(v)
+    if m is not None:  # the usual single member
+        members = [m.groups()]
+    elif _SI_FIELD.fullmatch(v):
+        members = _SI_MEMBER.findall(v)
+    else:
         return _sf_dict(value, "Signature-Input")
     out: dict = {}
-    for m in _SI_MEMBER.finditer(v):
-        label = m.group(1)
-        comps = [(c[1:-1], {}) for c in m.group(2).split()] if m.group(2) else []
+    for label, comps, raw_params in members:
         params: dict = {}
-        for pm in _SI_PARAM_ITEM.finditer(m.group(3)):
-            if pm.group(1) in params:
+        if raw_params:
+            items = _SI_PARAM_ITEM.findall(raw_params)
+            for key, num, text in items:
+                params[key] = int(num) if num else text
+            if len(params) != len(items):
                 return _sf_dict(value, "Signature-Input")  # http_sf's rule for repeats applies
-            params[pm.group(1)] = int(pm.group(2)) if pm.group(2) is not None else pm.group(3)
         if label in out:
             raise SignatureInvalid("malformed Signature-Input field")
-        out[label] = (comps, params)
+        out[label] = ([(c[1:-1], {}) for c in comps.split(" ") if c], params)
     return out
 
 
@@ -198,19 +211,13 @@ def parse_signatures(signature_input: str, signature: str) -> list[ParsedSignatu
         if not isinstance(members, list) or not isinstance(sig, bytes):
             raise SignatureInvalid(f"malformed signature {label!r}")
         try:
-            comps = tuple(_component_id(n, p) for n, p in members)
+            comps = tuple(
+                f'"{n}"' if not p and type(n) is str and '"' not in n and "\\" not in n else _component_id(n, p)
+                for n, p in members
+            )
         except ValueError:
             raise SignatureInvalid(f"malformed signature {label!r}") from None
-        out.append(
-            ParsedSignature(
-                label=label,
-                components=comps,
-                params=dict(params),
-                signature=sig,
-                raw_components=members,
-                source=signature_input,
-            )
-        )
+        out.append(ParsedSignature(label, comps, params, sig, members, signature_input))
     return out
 
 
@@ -294,7 +301,7 @@ def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> None
     it with ``algorithm`` (a library algorithm instance bound to the public key, step 8).
 
     Freshness, coverage and key choice are the caller's policy, checked before. The base comes
-    from :func:`.base.fast_signature_base` when it applies, else from the library. Raises
+    from :func:`.base.fast_base_for_ids` when it applies, else from the library. Raises
     SignatureInvalid for any failure (unknown parameter, §2.5 base error, wrong length, bad
     signature).
     """
@@ -303,7 +310,7 @@ def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> None
         raise SignatureInvalid("unknown signature parameter " + ", ".join(sorted(unknown)))
     try:
         HTTPMessageVerifier._validate_signature_param_types(sig.params)
-        base = fast_signature_base(message, sig.raw_components, sig.params) or signature_base(message, sig)
+        base = fast_base_for_ids(message, sig.components, sig.params) or signature_base(message, sig)
         algorithm.verify(signature=sig.signature, message=base)
     except (HTTPMessageSignaturesException, InvalidSignature, ValueError, TypeError, AssertionError) as exc:
         raise SignatureInvalid("request signature verification failed") from exc

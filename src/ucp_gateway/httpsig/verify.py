@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import http_sf
@@ -67,6 +69,22 @@ class VerifiedSignature:
     jwk: dict[str, Any]
 
 
+# ``profile="<plain sf-string>"`` alone, the usual UCP-Agent; other shapes go through http_sf.
+_PROFILE_ONLY = re.compile(r'profile="([\x20\x21\x23-\x5b\x5d-\x7e]*)"')
+
+
+@lru_cache(maxsize=256)
+def _profile_member(ucp_agent: str) -> Any:
+    """The ``profile`` member's value parsed by http_sf (None if absent). A platform sends the same
+    value on every call, so parses are kept (only successful ones: lru_cache does not keep raises)."""
+    try:
+        parsed = http_sf.parse(ucp_agent.encode("latin-1"), tltype="dictionary")
+    except Exception as exc:
+        raise InvalidProfileUrl("UCP-Agent is not a valid structured field") from exc
+    member = parsed.get("profile")
+    return member[0] if member else None
+
+
 def profile_url_of(ucp_agent: str | None, *, allow_http: bool = False) -> str:
     """The ``profile`` member of a ``UCP-Agent`` Dictionary (RFC 8941). UCP overview §2.1.
 
@@ -74,12 +92,8 @@ def profile_url_of(ucp_agent: str | None, *, allow_http: bool = False) -> str:
     """
     if not ucp_agent:
         raise InvalidProfileUrl("UCP-Agent header with a profile is required")
-    try:
-        parsed = http_sf.parse(ucp_agent.encode("latin-1"), tltype="dictionary")
-    except Exception as exc:
-        raise InvalidProfileUrl("UCP-Agent is not a valid structured field") from exc
-    member = parsed.get("profile")
-    url = member[0] if member else None
+    m = _PROFILE_ONLY.fullmatch(ucp_agent.strip(" "))
+    url = m.group(1) if m is not None else _profile_member(ucp_agent)
     if not isinstance(url, str):
         raise InvalidProfileUrl("UCP-Agent has no profile string")
     if not (url.startswith("https://") or (allow_http and url.startswith("http://"))):
