@@ -226,3 +226,77 @@ def test_missing_components_matches_covered_names(components):
     required = ["@method", "@authority", "@path", "@query", "content-digest", 'a"b', "a\\\\b", ""]
     have = covered_names(components)
     assert missing_components(components, required) == [r for r in required if r not in have]
+
+
+# --- parse_signatures: the single-member string reader agrees with the http_sf reader ---------
+
+_SIG = "sig1=:" + "A" * 86 + "==:"
+
+
+@pytest.mark.parametrize(
+    ("si", "sg"),
+    [
+        ('sig1=("@method" "@authority" "@path");created=1618884473;keyid="k 1";nonce="n"', _SIG),
+        ('  sig1=("@method")  ', "  " + _SIG + "  "),
+        ("sig1=();created=-5;expires=007", _SIG),
+        ('sig1=("@method"  "@path")', _SIG),
+        ('sig1=("@method" "")', _SIG),
+        ('sig1=("")', _SIG),
+        ('sig1=("@method";req)', _SIG),
+        ('sig1=("a\\\\b")', _SIG),
+        ('sig1=("@method");keyid="k";keyid="j"', _SIG),
+        ('sig1=("@method");keyid=tok', _SIG),
+        ('sig1=("@method");flag', _SIG),
+        ('sig1=("@method");created=1234567890123456', _SIG),
+        ('sig1=("@method")\t', _SIG),
+        ('sig1=("@method"), sig2=("@path")', _SIG + ", sig2=:AAAA:"),
+        ('sig1=("@method")', "sig1=:"),
+        ('sig1=("@method")', "sig1=::"),
+        ('sig1=("@method")', "sig1=:AAA:"),
+        ('sig1=("@method")', "sig1=:AA=A:"),
+        ('sig1=("@method")', "sig2=:AAAA:"),
+        ('sig=("@method")', "sig1=:AAAA:"),
+        ('sig1=("@method")', "sig1=:AAAA:;x=1"),
+        ('Sig1=("@method")', "Sig1=:AAAA:"),
+        ('sig1=("@method" "x)")', _SIG),
+        ('sig1=(")', _SIG),
+        ('sig1=("@method");tag="a\\"b"', _SIG),
+    ],
+)
+def test_single_signature_reader_agrees_with_general(si, sg):
+    from ucp_gateway.httpsig.errors import SignatureInvalid
+    from ucp_gateway.httpsig.rfc9421 import _parse_signatures_sf, _single_signature
+
+    fast = _single_signature(si, sg)
+    try:
+        general = _parse_signatures_sf(si, sg)
+    except SignatureInvalid:
+        assert fast is None
+        with pytest.raises(SignatureInvalid):
+            parse_signatures(si, sg)
+        return
+    if fast is not None:
+        assert [fast] == general
+        assert fast.raw_components == general[0].raw_components
+        assert fast.source == general[0].source
+    assert parse_signatures(si, sg) == general
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet='sig1=(")@mthod ;created=1-"kyAB\\,\t', max_size=30),
+    st.text(alphabet="sig1=:AB+/=:, \n", max_size=14),
+)
+def test_single_signature_reader_fuzz(si_tail, sg_tail):
+    from ucp_gateway.httpsig.errors import SignatureInvalid
+    from ucp_gateway.httpsig.rfc9421 import _parse_signatures_sf, _single_signature
+
+    for si, sg in (("sig1=" + si_tail, "sig1=:" + sg_tail), ('sig1=("@method")' + si_tail, sg_tail)):
+        fast = _single_signature(si, sg)
+        if fast is None:
+            continue
+        try:
+            general = _parse_signatures_sf(si, sg)
+        except SignatureInvalid:
+            pytest.fail(f"fast reader accepted what http_sf refuses: {si!r} {sg!r}")
+        assert [fast] == general and fast.raw_components == general[0].raw_components

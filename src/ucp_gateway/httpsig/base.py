@@ -23,7 +23,6 @@ from http_message_signatures.structures import normalize_header_value
 __all__ = ["fast_base_for_ids", "fast_signature_base", "url_parts"]
 
 _FIELD = re.compile(r"^[a-z0-9!#$%&'*+.^_`|~-]+$")
-_SF_STRING_OK = re.compile(r"^[\x20-\x21\x23-\x5b\x5d-\x7e]*$")  # printable ASCII minus " and \
 _INT_PARAMS = frozenset({"created", "expires"})
 _STR_PARAMS = frozenset({"keyid", "nonce", "tag", "alg"})
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
@@ -32,7 +31,6 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 _PCHARS = r"A-Za-z0-9._~!$&'()*+,;=:@%-"
 _URL_PLAIN = re.compile(rf"(https?)://([A-Za-z0-9.-]+)(?::([0-9]*))?(/[{_PCHARS}/]*)?(?:\?([{_PCHARS}/?]*))?")
 _BAD_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_VALUE_OK = re.compile(r"[\t\x20-\x7e]*")  # ASCII, printable or tab: no CR, LF or other controls
 
 
 def url_parts(url: str) -> tuple[str, str, str | None, str, str | None] | None:
@@ -54,7 +52,7 @@ def _params_suffix(params: dict[str, Any]) -> str | None:
     for k, v in params.items():
         if k in _INT_PARAMS and type(v) is int and -(10**15) < v < 10**15:
             out.append(f";{k}={v}")
-        elif k in _STR_PARAMS and type(v) is str and _SF_STRING_OK.match(v):
+        elif k in _STR_PARAMS and type(v) is str and v.isascii() and v.isprintable() and '"' not in v and "\\" not in v:
             out.append(f';{k}="{v}"')
         else:
             return None
@@ -104,7 +102,8 @@ def fast_base_for_ids(message: Any, component_ids: tuple[str, ...], params: dict
                 value = field_lines[0].strip(" \t")  # what normalize_header_value does without folds
             else:
                 value = ", ".join(normalize_header_value(v) for v in field_lines)
-            if _VALUE_OK.fullmatch(value) is None:
+            # ASCII, printable or tab (no CR, LF or other controls)
+            if not value.isascii() or not (value.isprintable() or value.replace("\t", " ").isprintable()):
                 return None
         elif kind == "@method":
             value = method
@@ -124,7 +123,7 @@ def fast_base_for_ids(message: Any, component_ids: tuple[str, ...], params: dict
             hostport = host if port is None else f"{host}:{port}"
             value = f"{scheme_raw}://{hostport}{path}{'' if query is None else '?' + query}"
         # URL-derived values need no printable/space check: url_parts' grammar admits neither
-        out.append(prefix + value + "\n")
+        out.append(f"{prefix}{value}\n")
     out.append('"@signature-params": ' + inner + suffix)
     base = "".join(out)
     return base.encode("ascii") if base.isascii() else None

@@ -21,7 +21,7 @@ from .errors import (
     SignatureInvalid,
     SignatureMissing,
 )
-from .policy import SignaturePolicy, check_freshness, missing_components, required_components
+from .policy import MUTATING_METHODS, SignaturePolicy, check_freshness, required_components
 from .replay import ReplayStore
 from .resolver import KeyResolver
 from .rfc9421 import (
@@ -103,14 +103,27 @@ def profile_url_of(ucp_agent: str | None, *, allow_http: bool = False) -> str:
 
 def request_requirements(view: RequestView) -> list[str]:
     """Required components for ``view`` (see :func:`.policy.required_components`)."""
+    return [name for name, _ in _requirements(view)]
+
+
+def _requirements(view: RequestView) -> tuple[tuple[str, str], ...]:
+    """``(name, serialized identifier)`` pairs required for ``view``."""
     target = view.url.split("://", 1)[-1]
-    query = target.split("?", 1)[1] if "?" in target else ""
-    return required_components(
-        view.method,
-        has_query=bool(query),
-        has_ucp_agent="ucp-agent" in view.headers,
-        has_body=bool(view.body),
+    q = target.find("?")
+    return _required_ids(
+        view.method.upper() in MUTATING_METHODS,
+        0 <= q < len(target) - 1,  # a query that is not empty
+        "ucp-agent" in view.headers,
+        bool(view.body),
     )
+
+
+@lru_cache(maxsize=16)
+def _required_ids(mutating: bool, has_query: bool, has_ucp_agent: bool, has_body: bool) -> tuple[tuple[str, str], ...]:
+    names = required_components(
+        "POST" if mutating else "GET", has_query=has_query, has_ucp_agent=has_ucp_agent, has_body=has_body
+    )
+    return tuple((n, f'"{n}"') for n in names)
 
 
 async def select_signatures(
@@ -151,16 +164,15 @@ async def verify_request(
     Raises: SignatureMissing, SignatureInvalid, KeyNotFound (401); DigestMismatch,
     AlgorithmUnsupported, InvalidProfileUrl (400).
     """
-    sig_input, sig = view.headers.get("Signature-Input"), view.headers.get("Signature")
+    headers = view.headers
+    sig_input, sig = headers.getall("Signature-Input", None), headers.getall("Signature", None)
     if sig_input is None and sig is None:
         raise SignatureMissing("request is not signed")
     if sig_input is None or sig is None:  # a bare Signature is a pre-RFC draft (RFC 9421 App. A)
         raise SignatureInvalid("Signature and Signature-Input must both be present")
     # Several field lines combine into one Dictionary (RFC 9421 §4).
-    sigs = parse_signatures(
-        ", ".join(view.headers.getall("Signature-Input")), ", ".join(view.headers.getall("Signature"))
-    )
-    profile_url = profile_url_of(view.headers.get("UCP-Agent"), allow_http=policy.allow_http_profiles)
+    sigs = parse_signatures(", ".join(sig_input), ", ".join(sig))
+    profile_url = profile_url_of(headers.get("UCP-Agent"), allow_http=policy.allow_http_profiles)
     first_error: Exception | None = None
     # An attacker may add signatures naming the caller's kid; one that verifies is enough (§7.2.6).
     for chosen, jwk in await select_signatures(sigs, profile_url, resolver, policy):
@@ -192,7 +204,8 @@ def _verify_one(
     if "alg" in chosen.params and chosen.params["alg"] != alg_cls.algorithm_id:
         raise AlgorithmUnsupported("the alg parameter does not match the key")
     check_freshness(chosen.params, now, policy)
-    missing = missing_components(chosen.components, request_requirements(view))
+    comps = chosen.components
+    missing = [name for name, cid in _requirements(view) if cid not in comps]  # = missing_components()
     if missing:
         raise SignatureInvalid("signature does not cover required components: " + " ".join(missing))
     if view.body or "content-digest" in view.headers:

@@ -21,6 +21,7 @@ import re
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from uuid import UUID
 
 import aiohttp
@@ -89,18 +90,22 @@ def effective_mode(signature_policy: str, dev_mode: bool) -> str:
 
 
 def policy_from_settings(s: Settings) -> SignaturePolicy:
+    """The verification policy of settings ``s`` (one shared frozen instance per distinct value set:
+    settings may be changed at runtime, so they are read on every call, but nothing is rebuilt)."""
+    return _policy(s.httpsig_max_age, s.httpsig_future_skew, s.httpsig_tag, s.httpsig_allow_es384, s.dev_mode)
+
+
+@lru_cache(maxsize=8)
+def _policy(max_age: int, future_skew: int, tag: str | None, es384: bool, dev: bool) -> SignaturePolicy:
     return SignaturePolicy(
-        max_age=s.httpsig_max_age,
-        future_skew=s.httpsig_future_skew,
-        tag=s.httpsig_tag,
-        allow_es384=s.httpsig_allow_es384,
-        allow_http_profiles=s.dev_mode,
+        max_age=max_age, future_skew=future_skew, tag=tag, allow_es384=es384, allow_http_profiles=dev
     )
 
 
 def request_view(request: web.BaseRequest, body: bytes, scheme: str) -> RequestView:
     """The RFC 9421 view of an aiohttp request: raw header lines, raw path, raw body."""
-    headers: CIMultiDict[str] = CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
+    raw = request.raw_headers
+    headers: CIMultiDict[str] = CIMultiDict([(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw])
     host = headers.get("Host") or request.host
     return RequestView(request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path)
 
@@ -203,14 +208,17 @@ async def signature_middleware(
     pool = request.app[DATABASE].pool
     if request.match_info.http_exception is not None:
         return await handler(request)  # no such route (404/405): nothing to verify
-    try:
-        # a client that announces more body than it sends must not hold a handler forever
-        async with asyncio.timeout(settings.body_read_timeout):
-            body = await request.read()
-    except TimeoutError:
-        return web.json_response(
-            {"code": "request_timeout", "content": "request body not received in time"}, status=408
-        )
+    if request.content.is_eof():  # the whole body is already buffered: reading cannot wait
+        body = await request.read()
+    else:
+        try:
+            # a client that announces more body than it sends must not hold a handler forever
+            async with asyncio.timeout(settings.body_read_timeout):
+                body = await request.read()
+        except TimeoutError:
+            return web.json_response(
+                {"code": "request_timeout", "content": "request body not received in time"}, status=408
+            )
     request[REQ_RAW_BODY] = body
     company = request[REQ_COMPANY] if REQ_COMPANY in request else await resolve_host(pool, request.host)
     request[REQ_SIGNATURE] = None
