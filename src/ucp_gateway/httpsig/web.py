@@ -103,11 +103,18 @@ def _policy(max_age: int, future_skew: int, tag: str | None, es384: bool, dev: b
 
 
 def request_view(request: web.BaseRequest, body: bytes, scheme: str) -> RequestView:
-    """The RFC 9421 view of an aiohttp request: raw header lines, raw path, raw body."""
-    raw = request.raw_headers
-    headers: CIMultiDict[str] = CIMultiDict([(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw])
+    """The RFC 9421 view of an aiohttp request: raw header lines, raw path, raw body.
+
+    Header lines are the wire's, in wire order, each value the latin-1 reading of its raw bytes.
+    aiohttp's own ``request.headers`` holds the same lines read as UTF-8, so when every value is
+    ASCII (both readings agree) it is used as is; otherwise the lines are rebuilt from
+    ``raw_headers``.
+    """
+    headers = request.headers
+    if not "".join(headers.values()).isascii():
+        headers = CIMultiDict([(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers])
     host = headers.get("Host") or request.host
-    return RequestView(request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path)
+    return RequestView(request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path)  # type: ignore[arg-type]
 
 
 _DOT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
