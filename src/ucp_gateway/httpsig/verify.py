@@ -215,15 +215,15 @@ def _verify_one(
     verify_signature(view, chosen, algorithm_instance(jwk))
     p = chosen.params
     nonce, tag = p.get("nonce"), p.get("tag")
-    return VerifiedSignature(
-        kid=kid,
-        profile_url=profile_url,
-        label=chosen.label,
-        covered_components=chosen.components,
-        created=p.get("created"),
-        expires=p.get("expires"),
-        nonce=nonce if isinstance(nonce, str) else None,
-        tag=tag if isinstance(tag, str) else None,
-        algorithm=alg_cls.algorithm_id,
-        jwk=jwk,
+    return VerifiedSignature(  # positional, in field order: kid, profile_url, label, covered_components,
+        kid,  # created, expires, nonce, tag, algorithm, jwk
+        profile_url,
+        chosen.label,
+        chosen.components,
+        p.get("created"),
+        p.get("expires"),
+        nonce if isinstance(nonce, str) else None,
+        tag if isinstance(tag, str) else None,
+        alg_cls.algorithm_id,
+        jwk,
     )
