@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from ucp_gateway.httpsig.base import fast_signature_base
@@ -102,3 +104,199 @@ def test_signature_input_fast_reader_agrees_with_http_sf(value):
             _signature_input_dict(value)
         return
     assert _signature_input_dict(value) == expected
+
+
+# --- url_parts: the plain-URL regex splits exactly as the library's strict parser -------------
+
+
+def _library_parts(url: str):
+    from http_message_signatures import HTTPMessageSignaturesException
+    from http_message_signatures._url import parse_url
+
+    try:
+        u = parse_url(url)
+    except HTTPMessageSignaturesException:
+        return None
+    return u.scheme, u.host, u.port, u.path, u.query
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://shop.example/checkout-sessions",
+        "https://Shop.Example:443/a/b?x=1&y=%20",
+        "https://shop.example:8443/a%2Fb?",
+        "https://shop.example:/p",
+        "http://shop.example",
+        "https://shop.example?q",
+        "https://shop.example/p?a=%zz",
+        "https://shop.example/p?a=%2",
+        "https://shop.example/%E2%82%AC/x",
+        "https://shop.example/a b",
+        "https://user@shop.example/p",
+        "https://[::1]:8443/p",
+        "https://shop.example/p#frag",
+        "HTTPS://shop.example/p",
+        "ftp://shop.example/p",
+        "https://shop.example/p?x=/?:@!$&'()*+,;=",
+        "https://shop.example/\u00e9",
+        "https:///p",
+    ],
+)
+def test_url_parts_equals_library(url):
+    from ucp_gateway.httpsig.base import url_parts
+
+    assert url_parts(url) == _library_parts(url)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="hts:/.%?#@[]:-_~0123456789aAfFzZ =&;'!$()*+,\u00e9", max_size=40))
+def test_url_parts_equals_library_fuzz(tail):
+    from ucp_gateway.httpsig.base import url_parts
+
+    for url in (tail, "https://" + tail, "https://shop.example" + tail, "https://shop.example/" + tail):
+        assert url_parts(url) == _library_parts(url)
+
+
+# --- UCP-Agent: the regex fast path and the cached http_sf path agree with plain http_sf ------
+
+
+def _profile_reference(value: str, allow_http: bool):
+    import http_sf
+
+    from ucp_gateway.httpsig.errors import InvalidProfileUrl
+
+    try:
+        member = http_sf.parse(value.encode("latin-1"), tltype="dictionary").get("profile")
+    except Exception:
+        return InvalidProfileUrl
+    url = member[0] if member else None
+    if not isinstance(url, str) or not (url.startswith("https://") or (allow_http and url.startswith("http://"))):
+        return InvalidProfileUrl
+    return url
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        'profile="https://platform.example/profile.json"',
+        '  profile="https://platform.example/p"  ',
+        'profile="http://platform.example/p"',
+        'profile="https://p.example/a", version="2026-04-08"',
+        'version=1, profile="https://p.example/a"',
+        'profile="https://p.example/a";v=1',
+        'profile="https://a.example/x", profile="https://b.example/y"',
+        'profile="https://p.example/\\"q"',
+        "profile=https://p.example/x",
+        "profile=:aGk=:",
+        'profile="https://p.example/x"\t',
+        'profile="https://p.example/x",',
+        'profile="https://p.example/\u00e9"',
+        'profile=""',
+        "profile",
+        "garbage(",
+    ],
+)
+@pytest.mark.parametrize("allow_http", [False, True])
+def test_profile_url_of_agrees_with_http_sf(value, allow_http):
+    from ucp_gateway.httpsig.errors import InvalidProfileUrl
+    from ucp_gateway.httpsig.verify import profile_url_of
+
+    want = _profile_reference(value, allow_http)
+    for _ in range(2):  # the second call may come from the cache
+        if want is InvalidProfileUrl:
+            with pytest.raises(InvalidProfileUrl):
+                profile_url_of(value, allow_http=allow_http)
+        else:
+            assert profile_url_of(value, allow_http=allow_http) == want
+
+
+@pytest.mark.parametrize(
+    "components",
+    [
+        ('"@method"', '"@authority"', '"@path"'),
+        ('"@method"', '"@path";req', '"content-digest"'),
+        ('"@query-param";name="x"', '"a\\\\b"', '"'),
+        (),
+    ],
+)
+def test_missing_components_matches_covered_names(components):
+    from ucp_gateway.httpsig.policy import covered_names, missing_components
+
+    required = ["@method", "@authority", "@path", "@query", "content-digest", 'a"b', "a\\\\b", ""]
+    have = covered_names(components)
+    assert missing_components(components, required) == [r for r in required if r not in have]
+
+
+# --- parse_signatures: the single-member string reader agrees with the http_sf reader ---------
+
+_SIG = "sig1=:" + "A" * 86 + "==:"
+
+
+@pytest.mark.parametrize(
+    ("si", "sg"),
+    [
+        ('sig1=("@method" "@authority" "@path");created=1618884473;keyid="k 1";nonce="n"', _SIG),
+        ('  sig1=("@method")  ', "  " + _SIG + "  "),
+        ("sig1=();created=-5;expires=007", _SIG),
+        ('sig1=("@method"  "@path")', _SIG),
+        ('sig1=("@method" "")', _SIG),
+        ('sig1=("")', _SIG),
+        ('sig1=("@method";req)', _SIG),
+        ('sig1=("a\\\\b")', _SIG),
+        ('sig1=("@method");keyid="k";keyid="j"', _SIG),
+        ('sig1=("@method");keyid=tok', _SIG),
+        ('sig1=("@method");flag', _SIG),
+        ('sig1=("@method");created=1234567890123456', _SIG),
+        ('sig1=("@method")\t', _SIG),
+        ('sig1=("@method"), sig2=("@path")', _SIG + ", sig2=:AAAA:"),
+        ('sig1=("@method")', "sig1=:"),
+        ('sig1=("@method")', "sig1=::"),
+        ('sig1=("@method")', "sig1=:AAA:"),
+        ('sig1=("@method")', "sig1=:AA=A:"),
+        ('sig1=("@method")', "sig2=:AAAA:"),
+        ('sig=("@method")', "sig1=:AAAA:"),
+        ('sig1=("@method")', "sig1=:AAAA:;x=1"),
+        ('Sig1=("@method")', "Sig1=:AAAA:"),
+        ('sig1=("@method" "x)")', _SIG),
+        ('sig1=(")', _SIG),
+        ('sig1=("@method");tag="a\\"b"', _SIG),
+    ],
+)
+def test_single_signature_reader_agrees_with_general(si, sg):
+    from ucp_gateway.httpsig.errors import SignatureInvalid
+    from ucp_gateway.httpsig.rfc9421 import _parse_signatures_sf, _single_signature
+
+    fast = _single_signature(si, sg)
+    try:
+        general = _parse_signatures_sf(si, sg)
+    except SignatureInvalid:
+        assert fast is None
+        with pytest.raises(SignatureInvalid):
+            parse_signatures(si, sg)
+        return
+    if fast is not None:
+        assert [fast] == general
+        assert fast.raw_components == general[0].raw_components
+        assert fast.source == general[0].source
+    assert parse_signatures(si, sg) == general
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet='sig1=(")@mthod ;created=1-"kyAB\\,\t', max_size=30),
+    st.text(alphabet="sig1=:AB+/=:, \n", max_size=14),
+)
+def test_single_signature_reader_fuzz(si_tail, sg_tail):
+    from ucp_gateway.httpsig.errors import SignatureInvalid
+    from ucp_gateway.httpsig.rfc9421 import _parse_signatures_sf, _single_signature
+
+    for si, sg in (("sig1=" + si_tail, "sig1=:" + sg_tail), ('sig1=("@method")' + si_tail, sg_tail)):
+        fast = _single_signature(si, sg)
+        if fast is None:
+            continue
+        try:
+            general = _parse_signatures_sf(si, sg)
+        except SignatureInvalid:
+            pytest.fail(f"fast reader accepted what http_sf refuses: {si!r} {sg!r}")
+        assert [fast] == general and fast.raw_components == general[0].raw_components

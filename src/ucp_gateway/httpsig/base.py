@@ -2,29 +2,49 @@
 
 ``fast_signature_base`` handles signatures whose components carry no parameters and are
 ``@method @authority @path @query @target-uri @scheme`` or lower-case field names, with
-``created/expires`` integers and ``keyid/nonce/tag/alg`` strings. It reuses the library's strict
-URL parser and field-line normaliser and returns None for anything else, in which case the
-library's own base builder is used. Why: the library's builder re-serialises every identifier
-through ``http_sf`` and costs several times the ECDSA verify itself (bench/verify.py). Tests
-check that both builders give identical bytes (tests/httpsig/test_base.py).
+``created/expires`` integers and ``keyid/nonce/tag/alg`` strings. URLs are split by
+:func:`url_parts` (a plain-character regex, else the library's strict parser) and field lines are
+normalised like the library does; anything else returns None, in which case the library's own
+base builder is used. Why: the library's builder re-serialises every identifier through
+``http_sf`` and costs several times the ECDSA verify itself (bench/verify.py). Tests check that
+both builders, and both URL splitters, give identical results (tests/httpsig/test_base.py).
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 from http_message_signatures import HTTPMessageSignaturesException
 from http_message_signatures._url import parse_url
 from http_message_signatures.structures import normalize_header_value
 
-__all__ = ["fast_signature_base"]
+__all__ = ["fast_base_for_ids", "fast_signature_base", "url_parts"]
 
 _FIELD = re.compile(r"^[a-z0-9!#$%&'*+.^_`|~-]+$")
-_SF_STRING_OK = re.compile(r"^[\x20-\x21\x23-\x5b\x5d-\x7e]*$")  # printable ASCII minus " and \
 _INT_PARAMS = frozenset({"created", "expires"})
 _STR_PARAMS = frozenset({"keyid", "nonce", "tag", "alg"})
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
+# The everyday URL: http(s), a reg-name host, optional port, path and query of RFC 3986 characters
+# (percent escapes checked by _BAD_PCT). A subset of the library's grammar with the same split.
+_PCHARS = r"A-Za-z0-9._~!$&'()*+,;=:@%-"
+_URL_PLAIN = re.compile(rf"(https?)://([A-Za-z0-9.-]+)(?::([0-9]*))?(/[{_PCHARS}/]*)?(?:\?([{_PCHARS}/?]*))?")
+_BAD_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def url_parts(url: str) -> tuple[str, str, str | None, str, str | None] | None:
+    """``(scheme, host, port, path, query)`` as the library's ``parse_url`` spells them (absent
+    path ``""``, absent port/query None), or None where that parser raises."""
+    m = _URL_PLAIN.fullmatch(url)
+    if m is not None and ("%" not in url or _BAD_PCT.search(url) is None):
+        scheme, host, port, path, query = m.groups()
+        return scheme, host, port, path or "", query
+    try:
+        u = parse_url(url)
+    except HTTPMessageSignaturesException:
+        return None
+    return u.scheme, u.host, u.port, u.path, u.query
 
 
 def _params_suffix(params: dict[str, Any]) -> str | None:
@@ -32,7 +52,7 @@ def _params_suffix(params: dict[str, Any]) -> str | None:
     for k, v in params.items():
         if k in _INT_PARAMS and type(v) is int and -(10**15) < v < 10**15:
             out.append(f";{k}={v}")
-        elif k in _STR_PARAMS and type(v) is str and _SF_STRING_OK.match(v):
+        elif k in _STR_PARAMS and type(v) is str and v.isascii() and v.isprintable() and '"' not in v and "\\" not in v:
             out.append(f';{k}="{v}"')
         else:
             return None
@@ -42,52 +62,103 @@ def _params_suffix(params: dict[str, Any]) -> str | None:
 def fast_signature_base(message: Any, components: list[tuple[str, dict]], params: dict[str, Any]) -> bytes | None:
     """The signature base for a request ``message`` (``method``, ``url``, ``headers``), or None
     when the fast path does not apply. ``components``/``params`` are as parsed by ``http_sf``."""
+    ids = []
+    for name, cparams in components:
+        if cparams or type(name) is not str:
+            return None
+        ids.append(f'"{name}"')
+    return fast_base_for_ids(message, tuple(ids), params)
+
+
+def fast_base_for_ids(message: Any, component_ids: tuple[str, ...], params: dict[str, Any]) -> bytes | None:
+    """:func:`fast_signature_base` with the components as serialized identifiers
+    (:attr:`.rfc9421.ParsedSignature.components`, e.g. ``('"@method"', '"content-digest"')``)."""
+    plan = _plan(component_ids)
     suffix = _params_suffix(params)
     method = getattr(message, "method", None)
-    if suffix is None or hasattr(message, "status_code") or not isinstance(method, str) or method != method.upper():
+    if plan is None or suffix is None or not isinstance(method, str) or method != method.upper():
         return None
-    try:
-        url = parse_url(message.url)
-    except HTTPMessageSignaturesException:
+    if hasattr(message, "status_code"):
         return None
-    scheme = url.scheme.lower()
-    port = url.port
-    if port and port.lstrip("0") == _DEFAULT_PORTS.get(scheme):
-        port = None
-    authority = f"{url.host.lower()}:{port}" if port else url.host.lower()
-    path = url.path or "/"
-    lines: list[str] = []
-    names: list[str] = []
-    for name, cparams in components:
-        if cparams or type(name) is not str or name in names:
+    steps, inner, uses_url = plan
+    if uses_url:
+        parts = url_parts(message.url)
+        if parts is None:
             return None
-        if name == "@method":
-            value = message.method
-        elif name == "@authority":
-            value = authority
-        elif name == "@path":
-            value = path
-        elif name == "@query":
-            value = "?" + (url.query or "")
-        elif name == "@scheme":
-            value = scheme
-        elif name == "@target-uri":
-            if message.method == "OPTIONS":
-                return None
-            value = f"{url.scheme}://{url.authority}{path}{'' if url.query is None else '?' + url.query}"
-        elif _FIELD.match(name):
-            field_lines = message.headers.getall(name, None)
+        scheme_raw, host, port, path, query = parts
+        scheme = scheme_raw.lower()
+        authority = host.lower()
+        if port and port.lstrip("0") != _DEFAULT_PORTS.get(scheme):
+            authority += ":" + port
+        path = path or "/"
+    headers = message.headers
+    out: list[str] = []
+    append, getall = out.append, headers.getall
+    for kind, name, prefix in steps:
+        if kind is None:  # a field
+            field_lines = getall(name, None)
             if field_lines is None:
                 return None
-            value = ", ".join(normalize_header_value(v) for v in field_lines)
-            if not value.isascii() or "\r" in value or "\n" in value or not value.replace("\t", " ").isprintable():
+            value = field_lines[0]
+            if len(field_lines) == 1 and "\r\n" not in value:
+                value = value.strip(" \t")  # what normalize_header_value does without folds
+            else:
+                value = ", ".join(normalize_header_value(v) for v in field_lines)
+            # ASCII, printable or tab (no CR, LF or other controls)
+            if not value.isascii() or not (value.isprintable() or value.replace("\t", " ").isprintable()):
                 return None
+        elif kind == "@method":
+            value = method
+            if not value.isprintable() or value != value.strip(" "):
+                return None
+        elif kind == "@authority":
+            value = authority
+        elif kind == "@path":
+            value = path
+        elif kind == "@query":
+            value = "?" + (query or "")
+        elif kind == "@scheme":
+            value = scheme
+        else:  # @target-uri
+            if method == "OPTIONS":
+                return None
+            hostport = host if port is None else f"{host}:{port}"
+            value = f"{scheme_raw}://{hostport}{path}{'' if query is None else '?' + query}"
+        # URL-derived values need no printable/space check: url_parts' grammar admits neither
+        append(f"{prefix}{value}\n")
+    append(f'"@signature-params": {inner}{suffix}')
+    base = "".join(out)
+    return base.encode("ascii") if base.isascii() else None
+
+
+_URL_KINDS = frozenset({"@authority", "@path", "@query", "@scheme", "@target-uri"})
+_DERIVED = _URL_KINDS | {"@method"}
+_PLAIN_ID = re.compile(r'"([a-z0-9@!#$%&\'*+.^_`|~-]+)"')
+
+
+@lru_cache(maxsize=512)
+def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str | None, str, str], ...], str, bool] | None:
+    """How to build the base lines for a list of covered components: ``((kind, name, line
+    prefix), ...)`` (kind: the derived component's name, None for a field), the
+    ``@signature-params`` Inner List without parameters, and whether the URL is needed; None if a
+    component has parameters, repeats, or is not handled here. Depends only on the identifiers
+    (the same few lists recur across requests), never on request values."""
+    steps: list[tuple[str | None, str, str]] = []
+    names: set[str] = set()
+    for cid in component_ids:
+        m = _PLAIN_ID.fullmatch(cid)
+        if m is None or m.group(1) in names:
+            return None
+        name = m.group(1)
+        if name.startswith("@"):
+            if name not in _DERIVED:
+                return None
+            kind = name
+        elif _FIELD.match(name):
+            kind = None
         else:
             return None
-        if name.startswith("@") and (not value.isprintable() or value != value.strip(" ")):
-            return None
-        names.append(name)
-        lines.append(f'"{name}": {value}\n')
-    inner = "(" + " ".join(f'"{n}"' for n in names) + ")"
-    base = "".join(lines) + f'"@signature-params": {inner}{suffix}'
-    return base.encode("ascii") if base.isascii() else None
+        names.add(name)
+        steps.append((kind, name, f"{cid}: "))
+    inner = "(" + " ".join(component_ids) + ")"
+    return tuple(steps), inner, bool(names & _URL_KINDS)

@@ -10,6 +10,7 @@ No I/O here.
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as dt
 import re
 from collections.abc import Iterable
@@ -24,7 +25,7 @@ from http_message_signatures import HTTPMessageSignaturesException, HTTPMessageV
 from http_sf.compat import Dictionary, InnerList
 from multidict import CIMultiDict
 
-from .base import fast_signature_base
+from .base import fast_base_for_ids
 from .errors import AlgorithmUnsupported, SignatureInvalid
 
 __all__ = [
@@ -79,16 +80,28 @@ class ResponseView:
     body: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ParsedSignature:
-    """One member of ``Signature-Input`` with its ``Signature`` bytes (RFC 9421 §4.1, §4.2)."""
+    """One member of ``Signature-Input`` with its ``Signature`` bytes (RFC 9421 §4.1, §4.2).
+
+    Treat as read-only. Not declared frozen: one is built per request on the hot path, and a
+    frozen dataclass's ``__init__`` costs several times more (``params`` is a dict in any case).
+    """
 
     label: str
     components: tuple[str, ...]  # serialized component identifiers in received order
     params: dict[str, Any] = field(default_factory=dict)
     signature: bytes = b""
-    raw_components: list = field(default_factory=list, compare=False, repr=False)  # http_sf items
+    members: list | None = field(default=None, compare=False, repr=False)  # http_sf items, if parsed so
     source: str = field(default="", compare=False, repr=False)  # the whole Signature-Input value
+
+    @property
+    def raw_components(self) -> list[tuple[Any, dict]]:
+        """The components as ``http_sf`` items ``(name, params)``; derived from ``components``
+        when the fast reader parsed them (it only accepts bare names)."""
+        if self.members is not None:
+            return self.members
+        return [(c[1:-1], {}) for c in self.components]
 
     @property
     def node(self) -> InnerList:
@@ -134,24 +147,31 @@ def _signature_dict(value: str) -> dict:
     with a regex (http_sf's byte-sequence parser is slow in pure Python); anything else goes
     through http_sf."""
     v = value.strip(" ")
+    m = _SIG_MEMBER.fullmatch(v)
+    if m is not None:  # the usual single member
+        return {m.group(1): (_b64_strict(m.group(2)), {})}
     if _SIG_FIELD.fullmatch(v):
         out: dict = {}
-        for m in _SIG_MEMBER.finditer(v):
-            if m.group(1) in out:
+        for label, b64 in _SIG_MEMBER.findall(v):
+            if label in out:
                 raise SignatureInvalid("malformed Signature field")
-            try:
-                out[m.group(1)] = (base64.b64decode(m.group(2), validate=True), {})
-            except ValueError:
-                raise SignatureInvalid("malformed Signature field") from None
+            out[label] = (_b64_strict(b64), {})
         return out
     return _sf_dict(value, "Signature")
+
+
+def _b64_strict(b64: str) -> bytes:
+    try:
+        return binascii.a2b_base64(b64, strict_mode=True)  # = base64.b64decode(validate=True)
+    except binascii.Error:
+        raise SignatureInvalid("malformed Signature field") from None
 
 
 _SI_COMP = r'"[a-z0-9@!#$%&\'*+.^_`|~-]+"'
 _SI_PARAM = r';[a-z*][a-z0-9_.*-]*=(?:-?[0-9]{1,15}|"[\x20\x21\x23-\x5b\x5d-\x7e]*")'
 _SI_MEMBER = re.compile(rf"([a-z*][a-z0-9_.*-]*)=\(((?:{_SI_COMP}(?: +{_SI_COMP})*)?)\)((?:{_SI_PARAM})*)")
 _SI_FIELD = re.compile(rf"{_SI_MEMBER.pattern}(?:[ \t]*,[ \t]*{_SI_MEMBER.pattern})*")
-_SI_PARAM_ITEM = re.compile(r';([a-z*][a-z0-9_.*-]*)=(?:(-?[0-9]{1,15})|"([^"]*)")')
+_SI_PARAM_ITEM = re.compile(r';([a-z*][a-z0-9_.*-]*)=(?:(-?[0-9]{1,15})|"([\x20\x21\x23-\x5b\x5d-\x7e]*)")')
 
 
 def _signature_input_dict(value: str) -> dict:
@@ -162,20 +182,25 @@ def _signature_input_dict(value: str) -> dict:
     tests/httpsig/test_base.py checks both readers agree.
     """
     v = value.strip(" ")
-    if not _SI_FIELD.fullmatch(v):
+    m = _SI_MEMBER.fullmatch(v)
+    if m is not None:  # the usual single member
+        members = [m.groups()]
+    elif _SI_FIELD.fullmatch(v):
+        members = _SI_MEMBER.findall(v)
+    else:
         return _sf_dict(value, "Signature-Input")
     out: dict = {}
-    for m in _SI_MEMBER.finditer(v):
-        label = m.group(1)
-        comps = [(c[1:-1], {}) for c in m.group(2).split()] if m.group(2) else []
+    for label, comps, raw_params in members:
         params: dict = {}
-        for pm in _SI_PARAM_ITEM.finditer(m.group(3)):
-            if pm.group(1) in params:
+        if raw_params:
+            items = _SI_PARAM_ITEM.findall(raw_params)
+            for key, num, text in items:
+                params[key] = int(num) if num else text
+            if len(params) != len(items):
                 return _sf_dict(value, "Signature-Input")  # http_sf's rule for repeats applies
-            params[pm.group(1)] = int(pm.group(2)) if pm.group(2) is not None else pm.group(3)
         if label in out:
             raise SignatureInvalid("malformed Signature-Input field")
-        out[label] = (comps, params)
+        out[label] = ([(c[1:-1], {}) for c in comps.split(" ") if c], params)
     return out
 
 
@@ -188,6 +213,51 @@ def _component_id(name: Any, params: dict) -> str:
 def parse_signatures(signature_input: str, signature: str) -> list[ParsedSignature]:
     """Parse both Dictionaries; the label sets must be equal and unique (RFC 9421 §4).
     Raises SignatureInvalid."""
+    one = _single_signature(signature_input, signature)
+    return [one] if one is not None else _parse_signatures_sf(signature_input, signature)
+
+
+# One member: label, the Inner List's text (checked for shape below) and plain parameters.
+_SI_ONE = re.compile(
+    r'([a-z*][a-z0-9_.*-]*)=\(("[a-z0-9@!#$%&\'*+.^_`|~ "-]*")?\)'
+    r'((?:;[a-z*][a-z0-9_.*-]*=(?:-?[0-9]{1,15}|"[\x20\x21\x23-\x5b\x5d-\x7e]*"))*)'
+)
+
+
+def _single_signature(signature_input: str, signature: str) -> ParsedSignature | None:
+    """The usual request: one ``label=("c1" "c2" ...);k=1;k2="s"`` member (single spaces, bare
+    component names, integer or plain-string parameters) and one ``label=:base64:`` member with the
+    same label. None for any other shape (the general reader decides, including which error to
+    raise). tests/httpsig/test_base.py checks both readers agree."""
+    m = _SI_ONE.fullmatch(signature_input.strip(" "))
+    if m is None:
+        return None
+    label, inner, ptxt = m.groups()
+    sg = signature.strip(" ")
+    if len(sg) < len(label) + 3 or not sg.startswith(label + "=:") or not sg.endswith(":"):
+        return None
+    if inner is None:
+        ids: tuple[str, ...] = ()
+    else:  # '"a" "b"': the names hold neither quotes nor spaces once the '" "' separators go
+        names = inner[1:-1].replace('" "', "")
+        if len(inner) < 2 or '"' in names or " " in names:
+            return None
+        ids = tuple(inner.split(" "))
+    params: dict[str, Any] = {}
+    if ptxt:
+        items = _SI_PARAM_ITEM.findall(ptxt)
+        for key, num, text in items:
+            params[key] = int(num) if num else text
+        if len(params) != len(items):
+            return None  # a repeated parameter: http_sf's rule applies
+    try:  # strict: base64 alphabet and padding only (= base64.b64decode(validate=True))
+        sig = binascii.a2b_base64(sg[len(label) + 2 : -1], strict_mode=True)
+    except binascii.Error:
+        return None
+    return ParsedSignature(label, ids, params, sig, None, signature_input)
+
+
+def _parse_signatures_sf(signature_input: str, signature: str) -> list[ParsedSignature]:
     inputs = _signature_input_dict(signature_input)
     sigs = _signature_dict(signature)
     if not inputs or inputs.keys() != sigs.keys():
@@ -201,16 +271,7 @@ def parse_signatures(signature_input: str, signature: str) -> list[ParsedSignatu
             comps = tuple(_component_id(n, p) for n, p in members)
         except ValueError:
             raise SignatureInvalid(f"malformed signature {label!r}") from None
-        out.append(
-            ParsedSignature(
-                label=label,
-                components=comps,
-                params=dict(params),
-                signature=sig,
-                raw_components=members,
-                source=signature_input,
-            )
-        )
+        out.append(ParsedSignature(label, comps, params, sig, members, signature_input))
     return out
 
 
@@ -294,16 +355,16 @@ def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> None
     it with ``algorithm`` (a library algorithm instance bound to the public key, step 8).
 
     Freshness, coverage and key choice are the caller's policy, checked before. The base comes
-    from :func:`.base.fast_signature_base` when it applies, else from the library. Raises
+    from :func:`.base.fast_base_for_ids` when it applies, else from the library. Raises
     SignatureInvalid for any failure (unknown parameter, §2.5 base error, wrong length, bad
     signature).
     """
-    unknown = set(sig.params) - SIGNATURE_PARAMETERS
-    if unknown:
+    if not SIGNATURE_PARAMETERS.issuperset(sig.params):
+        unknown = set(sig.params) - SIGNATURE_PARAMETERS
         raise SignatureInvalid("unknown signature parameter " + ", ".join(sorted(unknown)))
     try:
         HTTPMessageVerifier._validate_signature_param_types(sig.params)
-        base = fast_signature_base(message, sig.raw_components, sig.params) or signature_base(message, sig)
+        base = fast_base_for_ids(message, sig.components, sig.params) or signature_base(message, sig)
         algorithm.verify(signature=sig.signature, message=base)
     except (HTTPMessageSignaturesException, InvalidSignature, ValueError, TypeError, AssertionError) as exc:
         raise SignatureInvalid("request signature verification failed") from exc

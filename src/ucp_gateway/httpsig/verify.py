@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import http_sf
@@ -19,14 +21,14 @@ from .errors import (
     SignatureInvalid,
     SignatureMissing,
 )
-from .policy import SignaturePolicy, check_freshness, missing_components, required_components
+from .policy import MUTATING_METHODS, SignaturePolicy, check_freshness, required_components
 from .replay import ReplayStore
 from .resolver import KeyResolver
 from .rfc9421 import (
     ParsedSignature,
     RequestView,
+    _algorithm,
     algorithm_for_jwk,
-    algorithm_instance,
     parse_signatures,
     verify_signature,
 )
@@ -67,6 +69,22 @@ class VerifiedSignature:
     jwk: dict[str, Any]
 
 
+# ``profile="<plain sf-string>"`` alone, the usual UCP-Agent; other shapes go through http_sf.
+_PROFILE_ONLY = re.compile(r'profile="([\x20\x21\x23-\x5b\x5d-\x7e]*)"')
+
+
+@lru_cache(maxsize=256)
+def _profile_member(ucp_agent: str) -> Any:
+    """The ``profile`` member's value parsed by http_sf (None if absent). A platform sends the same
+    value on every call, so parses are kept (only successful ones: lru_cache does not keep raises)."""
+    try:
+        parsed = http_sf.parse(ucp_agent.encode("latin-1"), tltype="dictionary")
+    except Exception as exc:
+        raise InvalidProfileUrl("UCP-Agent is not a valid structured field") from exc
+    member = parsed.get("profile")
+    return member[0] if member else None
+
+
 def profile_url_of(ucp_agent: str | None, *, allow_http: bool = False) -> str:
     """The ``profile`` member of a ``UCP-Agent`` Dictionary (RFC 8941). UCP overview §2.1.
 
@@ -74,12 +92,8 @@ def profile_url_of(ucp_agent: str | None, *, allow_http: bool = False) -> str:
     """
     if not ucp_agent:
         raise InvalidProfileUrl("UCP-Agent header with a profile is required")
-    try:
-        parsed = http_sf.parse(ucp_agent.encode("latin-1"), tltype="dictionary")
-    except Exception as exc:
-        raise InvalidProfileUrl("UCP-Agent is not a valid structured field") from exc
-    member = parsed.get("profile")
-    url = member[0] if member else None
+    m = _PROFILE_ONLY.fullmatch(ucp_agent.strip(" "))
+    url = m.group(1) if m is not None else _profile_member(ucp_agent)
     if not isinstance(url, str):
         raise InvalidProfileUrl("UCP-Agent has no profile string")
     if not (url.startswith("https://") or (allow_http and url.startswith("http://"))):
@@ -89,14 +103,27 @@ def profile_url_of(ucp_agent: str | None, *, allow_http: bool = False) -> str:
 
 def request_requirements(view: RequestView) -> list[str]:
     """Required components for ``view`` (see :func:`.policy.required_components`)."""
+    return [name for name, _ in _requirements(view)]
+
+
+def _requirements(view: RequestView) -> tuple[tuple[str, str], ...]:
+    """``(name, serialized identifier)`` pairs required for ``view``."""
     target = view.url.split("://", 1)[-1]
-    query = target.split("?", 1)[1] if "?" in target else ""
-    return required_components(
-        view.method,
-        has_query=bool(query),
-        has_ucp_agent="ucp-agent" in view.headers,
-        has_body=bool(view.body),
+    q = target.find("?")
+    return _required_ids(
+        view.method.upper() in MUTATING_METHODS,
+        0 <= q < len(target) - 1,  # a query that is not empty
+        "ucp-agent" in view.headers,
+        bool(view.body),
     )
+
+
+@lru_cache(maxsize=16)
+def _required_ids(mutating: bool, has_query: bool, has_ucp_agent: bool, has_body: bool) -> tuple[tuple[str, str], ...]:
+    names = required_components(
+        "POST" if mutating else "GET", has_query=has_query, has_ucp_agent=has_ucp_agent, has_body=has_body
+    )
+    return tuple((n, f'"{n}"') for n in names)
 
 
 async def select_signatures(
@@ -137,16 +164,15 @@ async def verify_request(
     Raises: SignatureMissing, SignatureInvalid, KeyNotFound (401); DigestMismatch,
     AlgorithmUnsupported, InvalidProfileUrl (400).
     """
-    sig_input, sig = view.headers.get("Signature-Input"), view.headers.get("Signature")
+    headers = view.headers
+    sig_input, sig = headers.getall("Signature-Input", None), headers.getall("Signature", None)
     if sig_input is None and sig is None:
         raise SignatureMissing("request is not signed")
     if sig_input is None or sig is None:  # a bare Signature is a pre-RFC draft (RFC 9421 App. A)
         raise SignatureInvalid("Signature and Signature-Input must both be present")
     # Several field lines combine into one Dictionary (RFC 9421 §4).
-    sigs = parse_signatures(
-        ", ".join(view.headers.getall("Signature-Input")), ", ".join(view.headers.getall("Signature"))
-    )
-    profile_url = profile_url_of(view.headers.get("UCP-Agent"), allow_http=policy.allow_http_profiles)
+    sigs = parse_signatures(", ".join(sig_input), ", ".join(sig))
+    profile_url = profile_url_of(headers.get("UCP-Agent"), allow_http=policy.allow_http_profiles)
     first_error: Exception | None = None
     # An attacker may add signatures naming the caller's kid; one that verifies is enough (§7.2.6).
     for chosen, jwk in await select_signatures(sigs, profile_url, resolver, policy):
@@ -172,31 +198,33 @@ def _verify_one(
     policy: SignaturePolicy,
     now: dt.datetime,
 ) -> VerifiedSignature:
-    alg_cls, _size = algorithm_for_jwk(jwk)
+    alg_cls, size = algorithm_for_jwk(jwk)
     if alg_cls.algorithm_id == "ecdsa-p384-sha384" and not policy.allow_es384:
         raise AlgorithmUnsupported("ES384 is not accepted")
     if "alg" in chosen.params and chosen.params["alg"] != alg_cls.algorithm_id:
         raise AlgorithmUnsupported("the alg parameter does not match the key")
     check_freshness(chosen.params, now, policy)
-    missing = missing_components(chosen.components, request_requirements(view))
+    comps = chosen.components
+    missing = [name for name, cid in _requirements(view) if cid not in comps]  # = missing_components()
     if missing:
         raise SignatureInvalid("signature does not cover required components: " + " ".join(missing))
     if view.body or "content-digest" in view.headers:
         check_content_digest(view.headers.get("Content-Digest"), view.body)
     kid = chosen.keyid or ""
     # Only the chosen signature is checked; others are never validated (RFC 9421 §7.2.6).
-    verify_signature(view, chosen, algorithm_instance(jwk))
+    # _algorithm = algorithm_instance(jwk) without looking the curve up a second time
+    verify_signature(view, chosen, _algorithm(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size))
     p = chosen.params
     nonce, tag = p.get("nonce"), p.get("tag")
-    return VerifiedSignature(
-        kid=kid,
-        profile_url=profile_url,
-        label=chosen.label,
-        covered_components=chosen.components,
-        created=p.get("created"),
-        expires=p.get("expires"),
-        nonce=nonce if isinstance(nonce, str) else None,
-        tag=tag if isinstance(tag, str) else None,
-        algorithm=alg_cls.algorithm_id,
-        jwk=jwk,
+    return VerifiedSignature(  # positional, in field order: kid, profile_url, label, covered_components,
+        kid,  # created, expires, nonce, tag, algorithm, jwk
+        profile_url,
+        chosen.label,
+        chosen.components,
+        p.get("created"),
+        p.get("expires"),
+        nonce if isinstance(nonce, str) else None,
+        tag if isinstance(tag, str) else None,
+        alg_cls.algorithm_id,
+        jwk,
     )

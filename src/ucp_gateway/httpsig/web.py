@@ -21,6 +21,7 @@ import re
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from uuid import UUID
 
 import aiohttp
@@ -89,20 +90,31 @@ def effective_mode(signature_policy: str, dev_mode: bool) -> str:
 
 
 def policy_from_settings(s: Settings) -> SignaturePolicy:
+    """The verification policy of settings ``s`` (one shared frozen instance per distinct value set:
+    settings may be changed at runtime, so they are read on every call, but nothing is rebuilt)."""
+    return _policy(s.httpsig_max_age, s.httpsig_future_skew, s.httpsig_tag, s.httpsig_allow_es384, s.dev_mode)
+
+
+@lru_cache(maxsize=8)
+def _policy(max_age: int, future_skew: int, tag: str | None, es384: bool, dev: bool) -> SignaturePolicy:
     return SignaturePolicy(
-        max_age=s.httpsig_max_age,
-        future_skew=s.httpsig_future_skew,
-        tag=s.httpsig_tag,
-        allow_es384=s.httpsig_allow_es384,
-        allow_http_profiles=s.dev_mode,
+        max_age=max_age, future_skew=future_skew, tag=tag, allow_es384=es384, allow_http_profiles=dev
     )
 
 
 def request_view(request: web.BaseRequest, body: bytes, scheme: str) -> RequestView:
-    """The RFC 9421 view of an aiohttp request: raw header lines, raw path, raw body."""
-    headers: CIMultiDict[str] = CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
+    """The RFC 9421 view of an aiohttp request: raw header lines, raw path, raw body.
+
+    Header lines are the wire's, in wire order, each value the latin-1 reading of its raw bytes.
+    aiohttp's own ``request.headers`` holds the same lines read as UTF-8, so when every value is
+    ASCII (both readings agree) it is used as is; otherwise the lines are rebuilt from
+    ``raw_headers``.
+    """
+    headers = request.headers
+    if not "".join(headers.values()).isascii():
+        headers = CIMultiDict([(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers])
     host = headers.get("Host") or request.host
-    return RequestView(request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path)
+    return RequestView(request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path)  # type: ignore[arg-type]
 
 
 _DOT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
@@ -111,7 +123,9 @@ _DOT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
 def _canonical_path(raw_path: str) -> bool:
     """False for dot segments, plain or encoded (``/a/../b``, ``/a/%2e%2e/b``): the signed path and
     the routed path could differ, so such requests are refused rather than normalised (pitfall 6)."""
-    return _DOT.search(raw_path.split("?", 1)[0]) is None
+    path = raw_path.split("?", 1)[0]
+    # a dot segment needs "." or "%2e": most paths have neither, so the regex is skipped
+    return ("." not in path and "%2" not in path) or _DOT.search(path) is None
 
 
 def decoded_body(request: web.Request, *, limit: int = 10 * 1024 * 1024) -> bytes:
@@ -177,12 +191,11 @@ async def sign_response(
     return response
 
 
-def _wants_signature(request: web.Request, company) -> bool:
-    s: Settings = request.app[SETTINGS]
+def _wants_signature(request: web.Request, company, settings: Settings) -> bool:
     return bool(
-        request.get(REQ_SIGN_RESPONSE)
+        request[REQ_SIGN_RESPONSE]  # set False by the middleware before the handler runs
         or "Accept-Signature" in request.headers
-        or s.httpsig_sign_responses
+        or settings.httpsig_sign_responses
         or (company.settings or {}).get("sign_responses")
     )
 
@@ -199,28 +212,32 @@ async def signature_middleware(
 ) -> web.StreamResponse:
     """Verify per the company's ``signature_policy``; sign responses when asked. Errors are
     rendered here as ``{"code","content"}`` with the UCP status, never as 500."""
-    settings: Settings = request.app[SETTINGS]
-    pool = request.app[DATABASE].pool
+    app = request.app
+    settings: Settings = app[SETTINGS]
     if request.match_info.http_exception is not None:
         return await handler(request)  # no such route (404/405): nothing to verify
-    try:
-        # a client that announces more body than it sends must not hold a handler forever
-        async with asyncio.timeout(settings.body_read_timeout):
-            body = await request.read()
-    except TimeoutError:
-        return web.json_response(
-            {"code": "request_timeout", "content": "request body not received in time"}, status=408
-        )
+    if request.content.is_eof():  # the whole body is already buffered: reading cannot wait
+        body = await request.read()
+    else:
+        try:
+            # a client that announces more body than it sends must not hold a handler forever
+            async with asyncio.timeout(settings.body_read_timeout):
+                body = await request.read()
+        except TimeoutError:
+            return web.json_response(
+                {"code": "request_timeout", "content": "request body not received in time"}, status=408
+            )
     request[REQ_RAW_BODY] = body
-    company = request[REQ_COMPANY] if REQ_COMPANY in request else await resolve_host(pool, request.host)
+    company = request[REQ_COMPANY] if REQ_COMPANY in request else await resolve_host(app[DATABASE].pool, request.host)
     request[REQ_SIGNATURE] = None
     if company is None or request.path.startswith(tuple(settings.httpsig_exempt_prefixes)):
         return await handler(request)
     if not _canonical_path(request.raw_path):
         return _error_response(BadRequest("non-canonical request path (dot segments)"))
-    clock = request.app.get(CLOCK) or SystemClock()
+    clock = app.get(CLOCK) or SystemClock()
     mode = effective_mode(company.signature_policy, settings.dev_mode)
-    signed = "Signature-Input" in request.headers or "Signature" in request.headers
+    headers = request.headers
+    signed = "Signature-Input" in headers or "Signature" in headers
     if not signed and _staff_bearer(request, settings):
         # Company staff authenticate with an admin API token on the staff routes; the route's
         # handler verifies it (401 otherwise), so no signature is asked of them.
@@ -228,8 +245,8 @@ async def signature_middleware(
     if mode == "off" or (mode == "optional" and not signed):
         request[REQ_PRINCIPAL] = AgentPrincipal(company.id, None, None, "read_only", False)
     else:
-        resolver = request.app.get(KEY_RESOLVER) or request.app[_DEFAULT_RESOLVER]
-        replay: ReplayStore | None = request.app.get(REPLAY_STORE)
+        resolver = app.get(KEY_RESOLVER) or app[_DEFAULT_RESOLVER]
+        replay: ReplayStore | None = app.get(REPLAY_STORE)
         view = request_view(request, body, settings.public_scheme)
         try:
             sig: VerifiedSignature = await verify_request(
@@ -240,13 +257,14 @@ async def signature_middleware(
             return _error_response(exc)
         request[REQ_SIGNATURE] = sig
         request[REQ_PRINCIPAL] = AgentPrincipal(company.id, sig.profile_url, sig.kid, "buyer", True)
+    request[REQ_SIGN_RESPONSE] = False
     response = await handler(request)
-    if isinstance(response, web.Response) and _wants_signature(request, company):
+    if isinstance(response, web.Response) and _wants_signature(request, company, settings):
         try:
             await sign_response(
                 request,
                 response,
-                pool=pool,
+                pool=app[DATABASE].pool,
                 company_id=company.id,
                 now=clock.now(),
                 scheme=settings.public_scheme,
