@@ -228,13 +228,14 @@ class HostCache:
         self._entries: dict[str, tuple[float, Company | None]] = {}
 
     async def resolve(self, pool: asyncpg.Pool, host: str | None) -> Company | None:
-        """Like :func:`resolve_host`, through the cache."""
-        key = normalize_host(host)
+        """Like :func:`resolve_host`, through the cache (keyed by the Host as received, so a hit
+        costs no normalising; every spelling resolves through :func:`normalize_host`)."""
+        key = host or ""
         now = time.monotonic()
         hit = self._entries.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        company = await resolve_host(pool, key)
+        company = await resolve_host(pool, normalize_host(key))
         if len(self._entries) >= self.max_entries:
             self._entries.clear()  # bounded memory; a burst of junk Host headers cannot grow it
         self._entries[key] = (now + self.ttl, company)

@@ -133,6 +133,13 @@ class _Rendered:
         self._entries: OrderedDict[str, tuple[float, bytes, str]] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[tuple[bytes, str]]] = {}
 
+    def fresh(self, key: str) -> tuple[bytes, str] | None:
+        """The entry for ``key`` while it is fresh, else None (the hot path: no closure, no task)."""
+        hit = self._entries.get(key)
+        if hit is not None and time.monotonic() < hit[0]:
+            return hit[1], hit[2]
+        return None
+
     async def get(self, key: str, render: Callable[[], Awaitable[bytes]]) -> tuple[bytes, str]:
         hit = self._entries.get(key)
         if hit is not None:
@@ -175,7 +182,10 @@ async def _render_document(app: web.Application, host: str, company: Company | N
 
 
 async def _render(app: web.Application, request: web.Request) -> tuple[bytes, str]:
-    host = request.host.lower()  # hosts are case-insensitive (RFC 9110 §4.2.3); one rendering per host
+    # keyed by the Host as received, so a hit needs no normalising; rendered with the lower-cased
+    # host (case-insensitive, RFC 9110 §4.2.3), so every spelling gets the same bytes
+    key = request.host
+    host = key.lower()
 
     async def render() -> bytes:
         company = request.get(REQ_COMPANY, ...)
@@ -183,7 +193,7 @@ async def _render(app: web.Application, request: web.Request) -> tuple[bytes, st
             company = await resolve_host(app[DATABASE].pool, normalize_host(host))
         return await _render_document(app, host, company)
 
-    return await app[_RENDERED].get(host.lower(), render)
+    return await app[_RENDERED].get(key, render)
 
 
 # Host as it may appear in our documents: reg-name or IPv4, or a bracketed IPv6, with an optional port.
@@ -205,10 +215,13 @@ def _bad_host() -> web.Response:
 async def well_known_ucp(request: web.Request) -> web.Response:
     """``GET /.well-known/ucp``: company profile on a company host, platform node otherwise.
     A Host that is not a plain host[:port] is refused (400): it would be echoed into URLs."""
-    if not _valid_host(request.host):
-        return _bad_host()
-    body, etag = await _render(request.app, request)
-    return _hosted(request, body, etag, JSON, request.app[SETTINGS].profile_max_age)
+    app = request.app
+    hit = app[_RENDERED].fresh(request.host)  # only a valid Host is ever rendered and cached
+    if hit is None:
+        if not _valid_host(request.host):
+            return _bad_host()
+        hit = await _render(app, request)
+    return _hosted(request, hit[0], hit[1], JSON, app[SETTINGS].profile_max_age)
 
 
 async def agent_graph(request: web.Request) -> web.Response:

@@ -203,14 +203,17 @@ async def signature_middleware(
     pool = request.app[DATABASE].pool
     if request.match_info.http_exception is not None:
         return await handler(request)  # no such route (404/405): nothing to verify
-    try:
-        # a client that announces more body than it sends must not hold a handler forever
-        async with asyncio.timeout(settings.body_read_timeout):
-            body = await request.read()
-    except TimeoutError:
-        return web.json_response(
-            {"code": "request_timeout", "content": "request body not received in time"}, status=408
-        )
+    if not request.body_exists:  # no Content-Length / Transfer-Encoding: nothing to wait for
+        body = b""
+    else:
+        try:
+            # a client that announces more body than it sends must not hold a handler forever
+            async with asyncio.timeout(settings.body_read_timeout):
+                body = await request.read()
+        except TimeoutError:
+            return web.json_response(
+                {"code": "request_timeout", "content": "request body not received in time"}, status=408
+            )
     request[REQ_RAW_BODY] = body
     company = request[REQ_COMPANY] if REQ_COMPANY in request else await resolve_host(pool, request.host)
     request[REQ_SIGNATURE] = None
