@@ -33,7 +33,7 @@ from ..config import Settings
 from ..errors import ConfigError, GatewayError
 from ..httpsig.web import KEY_RESOLVER
 from ..keys import published_jwks
-from ..tenancy import Company, list_companies, list_subagents, normalize_host, resolve_host
+from ..tenancy import Company, list_companies, list_subagents, normalize_host, public_origin, resolve_host
 from .builder import (
     CompanyLink,
     SubagentSummary,
@@ -80,7 +80,8 @@ async def empty_subagent(company: Company, subagent: str) -> SubagentSummary:
 
 
 def _origin(settings: Settings, host: str) -> str:
-    return f"{settings.public_scheme}://{host}"
+    """The public origin for a request's Host (the configured ``public_port`` wins over the Host's)."""
+    return public_origin(settings.public_scheme, host, settings.public_port)
 
 
 def _hosted(request: web.Request, body: bytes, etag: str, content_type: str, max_age: int) -> web.Response:
@@ -109,12 +110,17 @@ async def _graph_page(app: web.Application, host: str, after: str | None) -> dic
     settings = app[SETTINGS]
     size = settings.agent_graph_page_size
     companies = await list_companies(app[DATABASE].pool, after_slug=after, limit=size + 1)
-    port = host[host.rindex(":") :] if ":" in host and not host.endswith("]") else ""
+    # a company hostname has no port: take the public one (configured, else the one this request came in on)
+    port = settings.public_port
+    if port is None:
+        own = host.rpartition(":")[2] if not host.endswith("]") else ""
+        port = int(own) if own.isdigit() else None
+    scheme = settings.public_scheme
     links = [
         CompanyLink(
             c.slug,
             c.display_name,
-            f"{settings.public_scheme}://{c.hostnames[0]}{port}/.well-known/ucp" if c.hostnames else None,
+            public_origin(scheme, c.hostnames[0], port) + "/.well-known/ucp" if c.hostnames else None,
         )
         for c in companies[:size]
     ]
