@@ -6,7 +6,12 @@ client on raw asyncio streams in this process (the other core), so both servers 
 the same, cheap client. The gateway is the real ``create_app`` (request-id, error and tenancy
 middlewares, host cache, discovery routes) on a real PostgreSQL (``DATABASE_URL`` or embedded).
 
-Usage: python bench/discovery.py [--seconds 5] [--connections 32] [--rounds 3] [--log-level warning]
+Figures: for each server the median over rounds of wall req/s and of requests per server CPU-second
+(user + system seconds of the server process, /proc), and the median of the per-round ratios to the
+bare server measured right before or after it (so slow drifts of background load cancel out). Run it
+under ``flock /tmp/bench.lock`` on shared machines and repeat it before believing one figure.
+
+Usage: python bench/discovery.py [--seconds 5] [--connections 32] [--rounds 5] [--log-level warning]
 """
 
 from __future__ import annotations
@@ -172,7 +177,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     args = ap.parse_args()
     data_dir = tempfile.mkdtemp(prefix="ucpgw-discbench-", dir="/tmp")
@@ -215,20 +220,26 @@ def main() -> None:
         gateway.terminate()
         gateway.join()
         shutil.rmtree(data_dir, ignore_errors=True)  # the embedded server stopped with the gateway
+    load = os.getloadavg()
     med = {k: statistics.median(v) for k, v in results.items()}
     cpu_med = {k: statistics.median(v) for k, v in per_cpu.items()}
     runs = {k: ", ".join(f"{x:.0f}" for x in v) for k, v in results.items()}
     print(f"profile size: {len(body)} bytes (company with 8 sub-agents), ETag {etag}")
     print(f"{args.connections} keep-alive connections, {args.seconds:.0f} s per run, {args.rounds} interleaved rounds")
+    print(f"gateway log level {args.log_level} (info writes one access-log line per request)")
     print(f"gateway (create_app)      : median {med['gateway']:8.0f} req/s  ({runs['gateway']})")
     print(f"discovery component alone : median {med['component']:8.0f} req/s  ({runs['component']})")
     print(f"bare handler, same bytes  : median {med['bare']:8.0f} req/s  ({runs['bare']})")
     print(f"gateway 304 If-None-Match : {gw304:8.0f} req/s")
     print("requests per server CPU-second: " + ", ".join(f"{n} {cpu_med[n]:.0f}" for n in names))
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores)")
     for n in ("gateway", "component"):
+        wall = [a / b for a, b in zip(results[n], results["bare"], strict=True)]
+        cpu = [a / b for a, b in zip(per_cpu[n], per_cpu["bare"], strict=True)]
         print(
-            f"ratio {n}/bare: wall {med[n] / med['bare']:.2f}, per CPU-second {cpu_med[n] / cpu_med['bare']:.2f}"
-            " (target >= 0.80)"
+            f"ratio {n}/bare: wall {med[n] / med['bare']:.2f} (per-round median {statistics.median(wall):.2f}:"
+            f" {', '.join(f'{x:.2f}' for x in wall)}), per CPU-second {cpu_med[n] / cpu_med['bare']:.2f}"
+            f" (per-round median {statistics.median(cpu):.2f}) (target >= 0.80)"
         )
 
 

@@ -196,3 +196,15 @@ def test_new_company_gets_its_first_key_at_creation(db_env, tmp_path):
     p = run(["companies", "create", "later", "--json"], db_env)
     assert p.returncode == 0 and json.loads(p.stdout)["active_kid"] is None
     assert p.stderr.strip().startswith("ucp-gateway: warning: no KEK ring")
+
+
+def test_demo_links_carry_the_listen_port(monkeypatch):
+    """Regression: ``serve --demo --port 8182`` published URLs at port 80 (Host without a port, webhooks)."""
+    from ucp_gateway.cli import _settings_from, build_parser
+
+    for k in ("UCPGW_PUBLIC_PORT", "UCPGW_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    assert _settings_from(build_parser().parse_args(["serve", "--demo", "--port", "8182"])).public_port == 8182
+    assert _settings_from(build_parser().parse_args(["serve", "--port", "8182"])).public_port is None
+    monkeypatch.setenv("UCPGW_PUBLIC_PORT", "443")  # behind a proxy: the operator's choice stands
+    assert _settings_from(build_parser().parse_args(["serve", "--demo", "--port", "8182"])).public_port == 443

@@ -14,6 +14,7 @@ from ucp_gateway.tenancy import (
     list_companies,
     list_subagents,
     normalize_host,
+    public_origin,
     resolve_host,
 )
 
@@ -112,3 +113,22 @@ async def test_host_cache_serves_from_cache_within_ttl(database):
     assert (await cache.resolve(database.pool, "late.example")).slug == "late"
     zero = HostCache(ttl=0)
     assert (await zero.resolve(database.pool, "LATE.example")).slug == "late"
+
+
+@pytest.mark.parametrize(
+    ("scheme", "host", "port", "origin"),
+    [
+        ("http", "127.0.0.1", 8182, "http://127.0.0.1:8182"),
+        ("http", "localhost:8182", None, "http://localhost:8182"),
+        ("http", "localhost:8182", 9000, "http://localhost:9000"),  # the configured public port wins
+        ("http", "shop.example", None, "http://shop.example"),
+        ("http", "shop.example:80", None, "http://shop.example"),
+        ("https", "shop.example", 443, "https://shop.example"),
+        ("https", "shop.example", 80, "https://shop.example:80"),
+        ("http", "[::1]:8182", None, "http://[::1]:8182"),
+        ("http", "[::1]", 8182, "http://[::1]:8182"),
+        ("http", "::1", 8182, "http://[::1]:8182"),  # stored hostnames carry IPv6 unbracketed
+    ],
+)
+def test_public_origin_keeps_non_default_ports(scheme, host, port, origin) -> None:
+    assert public_origin(scheme, host, port) == origin

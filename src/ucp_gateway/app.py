@@ -1,12 +1,13 @@
 """The application factory: ``create_app(settings)`` -> ``aiohttp.web.Application``.
 
-Shape (docs/architecture.md): the foundation installs the request-id, error and tenancy middlewares
-and the health routes; every subsystem then adds its own routes, middlewares and background tasks
+Shape (docs/architecture.md): the foundation installs its one middleware (request id, errors,
+tenancy) and the health routes; every subsystem then adds its own routes, middlewares and background tasks
 through one ``setup(app)`` function listed in :data:`COMPONENTS`, in order.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 
 import structlog
@@ -19,7 +20,7 @@ from .config import Settings
 from .db import Database
 from .db.database import connect_database
 from .discovery.web import setup as discovery_setup
-from .middleware import ACCESS_LOG, HOST_CACHE, error_middleware, json_error, request_id_middleware, tenancy_middleware
+from .middleware import ACCESS_LOG, ACCESS_LOG_ON, HOST_CACHE, foundation_middleware, json_error
 from .tenancy import HostCache
 from .transports.web import setup as transports_setup
 from .verbs.web import setup as verbs_setup
@@ -84,7 +85,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
     Returns: the application; nothing touches the network until it is started.
     """
     app = web.Application(
-        middlewares=[request_id_middleware, error_middleware, tenancy_middleware],
+        middlewares=[foundation_middleware],
         client_max_size=settings.client_max_size,
         # Content-Digest (RFC 9530) covers the body as transferred: never decode before verifying.
         handler_args={"auto_decompress": False},
@@ -92,7 +93,10 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app[HOST_CACHE] = HostCache(ttl=settings.host_cache_ttl)
-    app[ACCESS_LOG] = structlog.get_logger("ucp_gateway.http").bind()
+    access_log = structlog.get_logger("ucp_gateway.http").bind()
+    app[ACCESS_LOG] = access_log
+    # filtering loggers know their level: when info is filtered out, skip the access-log work entirely
+    app[ACCESS_LOG_ON] = getattr(access_log, "is_enabled_for", lambda level: True)(logging.INFO)
     if database is not None:
         app[DATABASE] = database
     else:

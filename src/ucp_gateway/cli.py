@@ -228,6 +228,8 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         # generated under the data dir, unless the operator chose otherwise explicitly.
         if "public_scheme" not in settings.model_fields_set:
             settings.public_scheme = "http"
+        if "public_port" not in settings.model_fields_set and settings.port:
+            settings.public_port = settings.port  # the demo is reached on its listen port, not 80
         if "environment" not in settings.model_fields_set:
             settings.environment = "development"
     return settings

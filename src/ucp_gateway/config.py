@@ -39,6 +39,14 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     environment: Literal["production", "development"] = "production"
     public_scheme: Literal["https", "http"] = "https"
+    public_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Port of the public origin in URLs the gateway builds from a hostname (agent-graph links, "
+        "profile endpoints, webhook UCP-Agent). None: the port of the request's Host header (none without a "
+        "request). `serve --demo` sets the listen port. The scheme's default port is never written.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
     db_pool_min: int = Field(default=2, ge=1)

@@ -30,6 +30,7 @@ __all__ = [
     "list_companies",
     "list_subagents",
     "normalize_host",
+    "public_origin",
     "resolve_host",
 ]
 
@@ -81,6 +82,36 @@ def normalize_host(host: str | None) -> str:
     if h.count(":") == 1:
         h = h.split(":", 1)[0]
     return h.rstrip(".")
+
+
+def public_origin(scheme: str, host: str, port: int | None = None) -> str:
+    """``scheme://host[:port]``, the origin written into URLs the gateway publishes.
+
+    Args:
+        scheme: ``https`` or ``http`` (``settings.public_scheme``).
+        host: a Host header value (``shop.example:8443``, ``[::1]:8080``) or a stored hostname
+            (``shop.example``, ``::1``; an IPv6 literal is bracketed).
+        port: the configured public port (``settings.public_port``); None keeps the port ``host``
+            carries, if any.
+    Returns: the origin without a trailing slash; the scheme's default port (80/443) is left out
+        (RFC 3986 §6.2.3), any other port is kept, so a gateway on :8182 never links to :80.
+    """
+    own = ""
+    if host.startswith("["):
+        end = host.find("]")
+        name, rest = host[: end + 1], host[end + 1 :]
+        own = rest[1:] if rest.startswith(":") else ""
+    elif host.count(":") == 1:
+        name, own = host.split(":", 1)
+    elif ":" in host:
+        name = f"[{host}]"
+    else:
+        name = host
+    if port is None and own.isdigit():
+        port = int(own)
+    if port is None or port == (443 if scheme == "https" else 80):
+        return f"{scheme}://{name}"
+    return f"{scheme}://{name}:{port}"
 
 
 def _row_to_company(r: asyncpg.Record, hosts: list[str]) -> Company:
@@ -228,13 +259,14 @@ class HostCache:
         self._entries: dict[str, tuple[float, Company | None]] = {}
 
     async def resolve(self, pool: asyncpg.Pool, host: str | None) -> Company | None:
-        """Like :func:`resolve_host`, through the cache."""
-        key = normalize_host(host)
+        """Like :func:`resolve_host`, through the cache (keyed by the Host as received, so a hit
+        costs no normalising; every spelling resolves through :func:`normalize_host`)."""
+        key = host or ""
         now = time.monotonic()
         hit = self._entries.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        company = await resolve_host(pool, key)
+        company = await resolve_host(pool, normalize_host(key))
         if len(self._entries) >= self.max_entries:
             self._entries.clear()  # bounded memory; a burst of junk Host headers cannot grow it
         self._entries[key] = (now + self.ttl, company)

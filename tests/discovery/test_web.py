@@ -254,3 +254,34 @@ async def test_odd_host_headers_are_refused(client) -> None:
         resp = await client.get("/.well-known/ucp", headers={"Host": host})
         assert resp.status == 400, host
     assert (await client.get("/.well-known/ucp", headers={"Host": "[::1]:8080"})).status == 200
+
+
+async def test_agent_graph_links_keep_the_public_port(aiohttp_client, database, db_settings, demo) -> None:
+    """Regression (issue 4): on ``serve --demo --port 8182`` the agent graph linked companies at port 80."""
+    # the port the request came in on is kept when no public port is configured
+    client = await aiohttp_client(make_app(database, db_settings.model_copy(update={"public_scheme": "http"})))
+    doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test:8182"})).json()
+    graph = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
+    assert {"slug": "demo-flowers", "name": "Demo Flower Shop", "profile": "http://shop.test:8182/.well-known/ucp"} in (
+        graph["companies"]
+    )
+    assert graph["pages"] == "http://platform.test:8182/ucp/agent-graph"
+    # a configured public port wins, also when the Host header carries none (what the demo sets)
+    settings = db_settings.model_copy(update={"public_scheme": "http", "public_port": 8182})
+    client = await aiohttp_client(make_app(database, settings))
+    doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test"})).json()
+    graph = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
+    profile = next(c["profile"] for c in graph["companies"] if c["slug"] == "demo-flowers")
+    assert profile == "http://shop.test:8182/.well-known/ucp"
+    assert graph["pages"] == "http://platform.test:8182/ucp/agent-graph"
+    page = await (await client.get("/ucp/agent-graph", headers={"Host": "platform.test"})).json()
+    assert "http://shop.test:8182/.well-known/ucp" in [c.get("profile") for c in page["companies"]]
+    company = await (await client.get("/.well-known/ucp", headers={"Host": "shop.test"})).json()
+    rest = company["ucp"]["services"]["dev.ucp.shopping"][0]
+    assert rest["endpoint"] == "http://shop.test:8182/ucp/v1"
+    # the scheme's default port is never written
+    settings = db_settings.model_copy(update={"public_scheme": "https", "public_port": 443})
+    client = await aiohttp_client(make_app(database, settings))
+    doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test:443"})).json()
+    graph = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
+    assert "https://shop.test/.well-known/ucp" in [c.get("profile") for c in graph["companies"]]

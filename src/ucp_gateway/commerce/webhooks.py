@@ -29,7 +29,7 @@ from ..appkeys import CLOCK, DATABASE, SETTINGS
 from ..clock import Clock
 from ..config import Settings
 from ..db import platform_scan_tx, tenant_tx
-from ..tenancy import get_company
+from ..tenancy import get_company, public_origin
 
 __all__ = [
     "WEBHOOK_SIGNER",
@@ -186,7 +186,9 @@ class WebhookWorker:
     async def _post(self, company_id: uuid.UUID, row: asyncpg.Record, target: str) -> str | None:
         company = await get_company(self.pool, str(company_id))
         host = company.hostnames[0] if company.hostnames else "localhost"
-        ucp_agent = f'profile="{self.settings.public_scheme}://{host}/.well-known/ucp"'
+        ucp_agent = (
+            f'profile="{public_origin(self.settings.public_scheme, host, self.settings.public_port)}/.well-known/ucp"'
+        )
         body = bytes(row["payload"])
         try:
             headers = await self.signer(

@@ -33,7 +33,7 @@ from ..config import Settings
 from ..errors import ConfigError, GatewayError
 from ..httpsig.web import KEY_RESOLVER
 from ..keys import published_jwks
-from ..tenancy import Company, list_companies, list_subagents, normalize_host, resolve_host
+from ..tenancy import Company, list_companies, list_subagents, normalize_host, public_origin, resolve_host
 from .builder import (
     CompanyLink,
     SubagentSummary,
@@ -80,7 +80,8 @@ async def empty_subagent(company: Company, subagent: str) -> SubagentSummary:
 
 
 def _origin(settings: Settings, host: str) -> str:
-    return f"{settings.public_scheme}://{host}"
+    """The public origin for a request's Host (the configured ``public_port`` wins over the Host's)."""
+    return public_origin(settings.public_scheme, host, settings.public_port)
 
 
 def _hosted(request: web.Request, body: bytes, etag: str, content_type: str, max_age: int) -> web.Response:
@@ -109,12 +110,17 @@ async def _graph_page(app: web.Application, host: str, after: str | None) -> dic
     settings = app[SETTINGS]
     size = settings.agent_graph_page_size
     companies = await list_companies(app[DATABASE].pool, after_slug=after, limit=size + 1)
-    port = host[host.rindex(":") :] if ":" in host and not host.endswith("]") else ""
+    # a company hostname has no port: take the public one (configured, else the one this request came in on)
+    port = settings.public_port
+    if port is None:
+        own = host.rpartition(":")[2] if not host.endswith("]") else ""
+        port = int(own) if own.isdigit() else None
+    scheme = settings.public_scheme
     links = [
         CompanyLink(
             c.slug,
             c.display_name,
-            f"{settings.public_scheme}://{c.hostnames[0]}{port}/.well-known/ucp" if c.hostnames else None,
+            public_origin(scheme, c.hostnames[0], port) + "/.well-known/ucp" if c.hostnames else None,
         )
         for c in companies[:size]
     ]
@@ -132,6 +138,13 @@ class _Rendered:
         self.capacity = capacity
         self._entries: OrderedDict[str, tuple[float, bytes, str]] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[tuple[bytes, str]]] = {}
+
+    def fresh(self, key: str) -> tuple[bytes, str] | None:
+        """The entry for ``key`` while it is fresh, else None (the hot path: no closure, no task)."""
+        hit = self._entries.get(key)
+        if hit is not None and time.monotonic() < hit[0]:
+            return hit[1], hit[2]
+        return None
 
     async def get(self, key: str, render: Callable[[], Awaitable[bytes]]) -> tuple[bytes, str]:
         hit = self._entries.get(key)
@@ -175,7 +188,10 @@ async def _render_document(app: web.Application, host: str, company: Company | N
 
 
 async def _render(app: web.Application, request: web.Request) -> tuple[bytes, str]:
-    host = request.host.lower()  # hosts are case-insensitive (RFC 9110 §4.2.3); one rendering per host
+    # keyed by the Host as received, so a hit needs no normalising; rendered with the lower-cased
+    # host (case-insensitive, RFC 9110 §4.2.3), so every spelling gets the same bytes
+    key = request.host
+    host = key.lower()
 
     async def render() -> bytes:
         company = request.get(REQ_COMPANY, ...)
@@ -183,7 +199,7 @@ async def _render(app: web.Application, request: web.Request) -> tuple[bytes, st
             company = await resolve_host(app[DATABASE].pool, normalize_host(host))
         return await _render_document(app, host, company)
 
-    return await app[_RENDERED].get(host.lower(), render)
+    return await app[_RENDERED].get(key, render)
 
 
 # Host as it may appear in our documents: reg-name or IPv4, or a bracketed IPv6, with an optional port.
@@ -205,10 +221,13 @@ def _bad_host() -> web.Response:
 async def well_known_ucp(request: web.Request) -> web.Response:
     """``GET /.well-known/ucp``: company profile on a company host, platform node otherwise.
     A Host that is not a plain host[:port] is refused (400): it would be echoed into URLs."""
-    if not _valid_host(request.host):
-        return _bad_host()
-    body, etag = await _render(request.app, request)
-    return _hosted(request, body, etag, JSON, request.app[SETTINGS].profile_max_age)
+    app = request.app
+    hit = app[_RENDERED].fresh(request.host)  # only a valid Host is ever rendered and cached
+    if hit is None:
+        if not _valid_host(request.host):
+            return _bad_host()
+        hit = await _render(app, request)
+    return _hosted(request, hit[0], hit[1], JSON, app[SETTINGS].profile_max_age)
 
 
 async def agent_graph(request: web.Request) -> web.Response:

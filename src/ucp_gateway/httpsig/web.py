@@ -216,7 +216,9 @@ async def signature_middleware(
     settings: Settings = app[SETTINGS]
     if request.match_info.http_exception is not None:
         return await handler(request)  # no such route (404/405): nothing to verify
-    if request.content.is_eof():  # the whole body is already buffered: reading cannot wait
+    if not request.body_exists:  # no Content-Length / Transfer-Encoding: nothing to wait for
+        body = b""
+    elif request.content.is_eof():  # the whole body is already buffered: reading cannot wait
         body = await request.read()
     else:
         try:

@@ -270,7 +270,8 @@ async def mcp_error_middleware(request: web.Request, handler) -> web.StreamRespo
     try:
         resp = await handler(request)
     except web.HTTPException as exc:
-        resp = web.json_response({"code": "invalid_request", "content": exc.reason}, status=exc.status)
+        rid = {"Request-Id": exc.headers["Request-Id"]} if "Request-Id" in exc.headers else None
+        resp = web.json_response({"code": "invalid_request", "content": exc.reason}, status=exc.status, headers=rid)
     if resp.status < 400 or not isinstance(resp, web.Response) or not isinstance(resp.body, bytes):
         return resp
     try:

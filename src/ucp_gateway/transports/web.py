@@ -1,8 +1,8 @@
 """Web wiring of the transports: one ``setup(app)`` for ``app.COMPONENTS`` (after the verbs runtime).
 
 Routes: ``POST/GET/DELETE /ucp/mcp`` (UCP MCP binding), the WebMCP endpoints (:mod:`.webmcp`).
-Middleware: :func:`.ucp_mcp.mcp_error_middleware`, placed just inside the request-id middleware so
-that every error on the MCP path, whoever raised it, leaves as a JSON-RPC error.
+Middleware: :func:`.ucp_mcp.mcp_error_middleware`, placed outside the foundation middleware (request id,
+error mapper) so that every error on the MCP path, whoever raised it, leaves as a JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def setup(app: web.Application) -> None:
         pass
     else:
         app[MCP_TOOLS].update(ucp_tools())
-    app.middlewares.insert(1 if len(app.middlewares) >= 1 else 0, mcp_error_middleware)
+    app.middlewares.insert(0, mcp_error_middleware)  # outermost: rewrites what the error mapper answered
     app.router.add_post(MCP_PATH, mcp_post)
     app.router.add_get(MCP_PATH, mcp_get)
     app.router.add_delete(MCP_PATH, mcp_get)
