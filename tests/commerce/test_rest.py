@@ -244,3 +244,15 @@ async def test_refused_write_on_expired_session_leaves_it_untouched(frozen_clien
         assert await conn.fetchval("SELECT status FROM checkout_sessions WHERE id = $1", co["id"]) == co["status"]
     r = await frozen_client.get(url(f"/checkout-sessions/{co['id']}"), headers=headers())
     assert (await r.json())["status"] == "canceled"
+
+
+async def test_checkout_links_keep_the_public_port(aiohttp_client, database, db_settings, company, platform):
+    """Regression: commerce built its origin from the Host alone, ignoring ``public_port`` (a gateway
+    behind a proxy on :8443 linked continue_url and order permalinks to the default port)."""
+    app = make_app(database, db_settings, public_port=8443)
+    client = await started(aiohttp_client, app, database, company)
+    h = {**headers(key=new_key()), "Host": "127.0.0.1"}
+    r = await client.post(url("/checkout-sessions"), json=payload(fulfillment=SHIP_US), headers=h)
+    co = await r.json()
+    assert r.status == 201, co
+    assert co["continue_url"].startswith(f"{db_settings.public_scheme}://127.0.0.1:8443/"), co["continue_url"]

@@ -20,7 +20,7 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..config import Settings
 from ..errors import BadRequest, GatewayError, NotFound
-from ..tenancy import Company, resolve_host
+from ..tenancy import Company, public_origin, resolve_host
 from .catalog import PickupLocation
 from .checkout import ShopInfo
 from .discounts import AutomaticDiscount
@@ -183,7 +183,7 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
     if PROFILE_FETCHER not in app:
         return None
     settings: Settings = app[SETTINGS]
-    origin = f"{settings.public_scheme}://{request.host}"
+    origin = public_origin(settings.public_scheme, request.host, settings.public_port)
     hosts = frozenset(h.lower() for h in settings.dev_profile_hosts) if settings.dev_mode else frozenset()
     header = request.headers.get("UCP-Agent")
     try:
@@ -266,7 +266,7 @@ def _capabilities(names: Sequence[str], negotiated: Mapping[str, Any] | None) ->
 
 def build_context(request: web.Request, company: Company, caller: str, neg: Negotiation | None) -> CommerceContext:
     settings = request.app[SETTINGS]
-    base_url = f"{settings.public_scheme}://{request.host}"
+    base_url = public_origin(settings.public_scheme, request.host, settings.public_port)
     handlers = payment_handlers(settings)
     cs = (company.settings or {}).get("commerce") or {}
     shop = ShopInfo(
