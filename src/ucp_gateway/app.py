@@ -45,9 +45,12 @@ def _keys_setup(app: web.Application) -> None:
 def _agent_graph_setup(app: web.Application) -> None:
     from .discovery.subagents import registry_subagent_provider
     from .discovery.web import SUBAGENT_PROVIDER
+    from .verbs.manifest import listed
     from .verbs.web import VERBS
 
-    app[SUBAGENT_PROVIDER] = registry_subagent_provider(app[VERBS].registry)
+    registry = app[VERBS].registry
+    # the manifest's ?surface=ucp&subagent= selection, so verb_count matches the linked manifest
+    app[SUBAGENT_PROVIDER] = registry_subagent_provider(lambda name: listed(registry, surface="ucp", subagent=name))
 
 
 COMPONENTS: list[Callable[[web.Application], None]] = [

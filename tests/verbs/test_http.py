@@ -43,6 +43,28 @@ async def test_manifest_public_cached_filtered(client):
     assert (await client.get("/api/v1/agent/verbs/customer_delete")).status == 404
 
 
+async def test_manifest_by_subagent_matches_profile_verb_count(client):
+    # regression: ?subagent= was ignored, so every sub-agent link returned all verbs
+    profile = await (await client.get("/.well-known/ucp", headers=HOST)).json()
+    caps = {
+        k.rsplit(".", 1)[1]: v[0]["config"]
+        for k, v in profile["ucp"]["capabilities"].items()
+        if "manifest" in v[0].get("config", {})
+    }
+    assert {"ap", "sales", "ops"} <= set(caps)
+    for name, config in caps.items():
+        url = config["manifest"]
+        assert url.endswith(f"/api/v1/agent/verbs?surface=ucp&subagent={name}")
+        r = await client.get(url[url.index("/api/") :], headers=HOST)
+        records = await r.json()
+        assert r.status == 200 and len(records) == config["verb_count"], name
+        rows = {v.name: v for v in client.app[VERBS].registry}
+        assert all(rows[x["name"]].policy.subagent == name and "ucp" in x["surfaces"] for x in records)
+    bad = await client.get("/api/v1/agent/verbs?surface=ucp&subagent=bogus")
+    assert bad.status == 400 and (await bad.json())["error"]["reason"] == "invalid_arguments"
+    assert (await client.get("/api/v1/agent/verbs?subagent=")).status == 400
+
+
 async def test_new_verb_changes_etag(client):
     tag = (await client.get("/api/v1/agent/verbs")).headers["ETag"]
     from ucp_gateway.verbs import RiskClass, VerbPolicy

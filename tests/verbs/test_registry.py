@@ -161,6 +161,18 @@ def test_admin_only_and_blocked_never_listed():
     assert [v.name for v in listed(r)] == ["ops.visible"]
 
 
+def test_listed_by_subagent_keeps_disclosure_rules():
+    r = Registry()
+    r.register(rec(name="ap.read"), VerbPolicy(RiskClass.READ, subagent="ap"), _h)
+    r.register(rec(name="ap.cli", surfaces=["cli"]), VerbPolicy(RiskClass.READ, subagent="ap"), _h)
+    r.register(rec(name="ap.hidden"), VerbPolicy(admin_only=True, subagent="ap"), _h)
+    r.register(rec(name="ar.read"), VerbPolicy(RiskClass.READ, subagent="ar"), _h)
+    r.register(rec(name="any.read"), READ, _h)
+    assert [v.name for v in listed(r, surface="ucp", subagent="ap")] == ["ap.read"]
+    assert [v.name for v in listed(r, subagent="ap")] == ["ap.cli", "ap.read"]
+    assert listed(r, subagent="ops") == []
+
+
 def test_disclosure_waves():
     reg = build_registry()
     idx = index(listed(reg, tier="enterprise"))

@@ -1,10 +1,12 @@
 """Sub-agent summaries for company profiles, computed from the verb registry (pure).
 
 The verb runtime (``ucp_gateway.verbs``) is duck-typed here so discovery does not import it: a verb
-is any object with ``record["surfaces"]`` and ``policy`` carrying ``subagent``, ``risk_class``
-(an enum; its ``name`` is published), ``effective_floor()`` and ``admin_only``. Wiring, one line:
+is any object with ``policy`` carrying ``risk_class`` (an enum; its ``name`` is published) and
+``effective_floor()``. Which verbs belong to a sub-agent is decided by the verb runtime alone
+(``ucp_gateway.verbs.manifest.listed``, the same selection the manifest's ``?subagent=`` serves),
+so the profile's ``verb_count`` and the manifest it links to always agree. Wiring, one line:
 
-    app[SUBAGENT_PROVIDER] = registry_subagent_provider(app[VERBS].registry)
+    app[SUBAGENT_PROVIDER] = registry_subagent_provider(lambda n: listed(registry, surface="ucp", subagent=n))
 """
 
 from __future__ import annotations
@@ -18,29 +20,27 @@ from .builder import SubagentSummary
 __all__ = ["registry_subagent_provider", "summarize_verbs"]
 
 
-def summarize_verbs(verbs: Iterable[Any], subagent: str, *, surface: str = "ucp") -> SubagentSummary:
-    """Verb count, risk classes and role floors of one sub-agent's disclosed verbs on ``surface``.
+def summarize_verbs(verbs: Iterable[Any]) -> SubagentSummary:
+    """Verb count, risk classes and role floors of one sub-agent's disclosed verbs.
 
-    BLOCKED and admin-only verbs are never counted (they are never listed in the manifest either).
+    Args:
+        verbs: the sub-agent's verbs as disclosed on the UCP surface (already selected by the caller).
     """
     count, classes, floors = 0, set(), set()
     for v in verbs:
-        policy = v.policy
-        if policy.subagent != subagent or policy.admin_only:
-            continue
-        risk = getattr(policy.risk_class, "name", str(policy.risk_class))
-        if risk == "BLOCKED" or surface not in v.record.get("surfaces", ()):
-            continue
         count += 1
-        classes.add(risk)
-        floors.add(policy.effective_floor())
+        classes.add(getattr(v.policy.risk_class, "name", str(v.policy.risk_class)))
+        floors.add(v.policy.effective_floor())
     return SubagentSummary(verb_count=count, risk_classes=tuple(sorted(classes)), role_floors=tuple(sorted(floors)))
 
 
-def registry_subagent_provider(registry: Iterable[Any]) -> Callable[[Company, str], Awaitable[SubagentSummary]]:
-    """A ``SUBAGENT_PROVIDER`` over a verb registry (iterable of verbs), recomputed per render."""
+def registry_subagent_provider(
+    select: Callable[[str], Iterable[Any]],
+) -> Callable[[Company, str], Awaitable[SubagentSummary]]:
+    """A ``SUBAGENT_PROVIDER`` over ``select(subagent) -> disclosed verbs``, recomputed per render
+    (so verbs registered later are counted)."""
 
     async def provider(company: Company, subagent: str) -> SubagentSummary:
-        return summarize_verbs(registry, subagent)
+        return summarize_verbs(select(subagent))
 
     return provider

@@ -45,9 +45,13 @@ def listed(
     shape: str | None = None,
     tier: str | None = None,
     principal_kind: str | None = None,
+    subagent: str | None = None,
 ) -> list[Verb]:
     """Verbs that may be disclosed: never BLOCKED or admin-only; filtered by surface, shape, tier
-    (``tier_floor`` at or below ``tier``) and principal kind."""
+    (``tier_floor`` at or below ``tier``), principal kind and sub-agent.
+
+    The one grouping behind both the manifest (``?subagent=``) and the company profile's per
+    sub-agent ``verb_count`` (``surface="ucp"``, wired in ``ucp_gateway.app``), so the two agree."""
     out = []
     for v in registry:
         if v.policy.risk_class is RiskClass.BLOCKED or v.policy.admin_only:
@@ -59,6 +63,8 @@ def listed(
         if tier and not tier_at_least(tier, v.record["tier_floor"]):
             continue
         if principal_kind and principal_kind not in v.policy.principals:
+            continue
+        if subagent is not None and v.policy.subagent != subagent:
             continue
         out.append(v)
     return out

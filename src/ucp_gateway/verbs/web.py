@@ -1,7 +1,9 @@
 """HTTP front door: the public manifest and ``POST /api/v1/agent/dispatch`` (thin adapters).
 
-- ``GET /api/v1/agent/verbs?surface=&shape=``: bare JSON array of VerbRecords, public,
-  ``Cache-Control: public, max-age=300`` and a strong ETag (304 on If-None-Match).
+- ``GET /api/v1/agent/verbs?surface=&shape=&subagent=``: bare JSON array of VerbRecords, public,
+  ``Cache-Control: public, max-age=300`` and a strong ETag (304 on If-None-Match). ``subagent`` is
+  the link each company profile's ``{vendor}.{subagent}`` capability carries (its ``verb_count`` is
+  the length of this list for ``surface=ucp``); an unknown value is a 400 ``invalid_arguments``.
 - ``GET /api/v1/agent/verbs/{name}``: one VerbRecord.
 - ``POST /api/v1/agent/dispatch`` on a company's host: ``{verb, args, confirm?, typed_phrase?, nonce?}``
   plus an optional ``Idempotency-Key`` header; answers the envelope. Denials are 200 with
@@ -18,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
-from ..tenancy import resolve_host
+from ..tenancy import SUBAGENTS, resolve_host
 from .auth import Authenticator, default_authenticator
 from .decide import Call
 from .dispatcher import Dispatcher
@@ -51,18 +53,23 @@ def _envelope(status: int, verb: str, reason: str, message: str) -> web.Response
 
 
 async def manifest(request: web.Request) -> web.Response:
-    surface, shape = request.query.get("surface"), request.query.get("shape")
+    q = request.query
+    surface, shape, subagent = q.get("surface"), q.get("shape"), q.get("subagent")
     if surface is not None and surface not in SURFACES:
         return _envelope(
             400, "capability.manifest", "invalid_arguments", f"surface must be one of {', '.join(SURFACES)}"
         )
     if shape is not None and shape not in SHAPES:
         return _envelope(400, "capability.manifest", "invalid_arguments", "unknown shape")
+    if subagent is not None and subagent not in SUBAGENTS:
+        return _envelope(
+            400, "capability.manifest", "invalid_arguments", f"subagent must be one of {', '.join(SUBAGENTS)}"
+        )
     app = request.app
     reg, cache = app[VERBS].registry, app[VERBS].manifest_cache
-    ck = (surface, shape, reg.version)
+    ck = (surface, shape, subagent, reg.version)
     if ck not in cache:
-        body = manifest_bytes(published(listed(reg, surface=surface, shape=shape)))
+        body = manifest_bytes(published(listed(reg, surface=surface, shape=shape, subagent=subagent)))
         cache.clear() if len(cache) > 64 else None
         cache[ck] = (body, etag(body))
     body, tag = cache[ck]
