@@ -136,3 +136,28 @@ async def test_allowlist_refuses_before_signature_check_and_partner_role_is_set(
     assert resp.status == 200 and await resp.json() == {"role": "employee", "partner": True}
     bad = await client.post("/checkout-sessions", headers={"Host": "shop.example", "UCP-Agent": "profile=x"})
     assert bad.status == 400 and (await bad.json())["code"] == "invalid_profile_url"
+
+
+async def test_vendor_documents_and_agent_graph_are_public_on_a_company_host(
+    aiohttp_client, database, db_settings
+) -> None:
+    # regression: the spec/schema URLs a company profile advertises answered 401 signature_missing there
+    await create_company(database.pool, slug="acme", display_name="Acme", hostnames=["shop.example"])
+    client = await aiohttp_client(create_app(db_settings, clock=FrozenClock(), database=database))
+    host = {"Host": "shop.example"}
+    doc = await (await client.get("/.well-known/ucp", headers=host)).json()
+    urls = [
+        e[k].split("solidnumber.com", 1)[1]
+        for name, entries in doc["ucp"]["capabilities"].items()
+        if name.startswith("com.solidnumber.")
+        for e in entries
+        for k in ("spec", "schema")
+    ]
+    assert "/ucp/specification/ap" in urls and "/ucp/schemas/ap.json" in urls
+    for path in [*urls, "/ucp/agent-graph"]:
+        resp = await client.get(path, headers=host)
+        assert resp.status == 200, (path, resp.status, await resp.text())
+    # everything else on the company host is still signed, also when reached through an exempt prefix
+    for path in ("/ucp/v1/checkout-sessions", "/ucp/specification/../v1/checkout-sessions"):
+        resp = await client.post(path, headers=host, json={"line_items": []})
+        assert resp.status == 401 and (await resp.json())["code"] == "signature_missing", path

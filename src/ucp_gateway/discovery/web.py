@@ -292,6 +292,10 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/ucp/agent-graph", agent_graph)
     app.router.add_get(base + "/specification/{name}", _document_handler("spec"))
     app.router.add_get(base + "/schemas/{name}.json", _document_handler("schema"))
+    # public on every host, like /.well-known/ucp: agents read them before they can sign anything
+    public = ("/ucp/agent-graph", base + "/specification/", base + "/schemas/")
+    exempt = tuple(settings.httpsig_exempt_prefixes)
+    settings.httpsig_exempt_prefixes = exempt + tuple(p for p in public if p not in exempt)
     app[TRUST_CACHE] = TrustCache(settings.partner_cache_ttl)
     app.middlewares.append(trust_middleware)  # list this component before httpsig in COMPONENTS
     app.on_cleanup.append(_close_fetcher)
