@@ -172,3 +172,26 @@ async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings)
 class _Clock:
     def now(self):
         return _now()
+
+
+async def test_signed_body_must_be_application_json(shop, buyer):
+    """Regression: a signed create with ``Content-Type: text/plain`` and a JSON body answered 201."""
+    base = "/ucp/v1/checkout-sessions"
+    raw = json.dumps({"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}).encode()
+
+    async def post(path: str, ctype: str | None, method: str = "POST"):
+        h = {"UCP-Agent": f'profile="{buyer.base}/profile/a.json"', "Idempotency-Key": new_key()}
+        if ctype is not None:
+            h["Content-Type"] = ctype
+        h = buyer.key.sign(method, str(shop.make_url(path)), h, raw)
+        return await shop.request(method, path, data=raw, headers=h, skip_auto_headers=["Content-Type"])
+
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", "application/jsonx"):
+        r = await post(base, ctype)
+        body = await r.json()
+        assert r.status == 415 and body["code"] == "unsupported_media_type" and body["content"], (ctype, body)
+    r = await post(base, "Application/JSON; charset=utf-8")
+    co = await r.json()
+    assert r.status == 201, co
+    r = await post(f"{base}/{co['id']}", "text/plain", method="PUT")
+    assert r.status == 415 and (await r.json())["code"] == "unsupported_media_type"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from ucp_sdk.models.schemas.shopping.checkout import Checkout
 from ucp_sdk.models.schemas.shopping.order import Order
 
@@ -120,6 +122,17 @@ async def test_bad_input_never_500(client):
     assert r.status == 201 and body["status"] == "incomplete"
     codes = {m["code"] for m in body["messages"]}
     assert {"item_unavailable", "currency_unsupported"} <= codes
+
+
+async def test_body_without_json_content_type_is_415(client):
+    raw = json.dumps(payload()).encode()
+    h = {k: v for k, v in headers(key=new_key()).items() if k != "Content-Type"}
+    r = await client.post(url("/checkout-sessions"), data=raw, headers=h, skip_auto_headers=["Content-Type"])
+    assert r.status == 415 and (await r.json())["code"] == "unsupported_media_type"
+    r = await client.post(url("/checkout-sessions"), data=raw, headers={**h, "Content-Type": "text/plain"})
+    assert r.status == 415
+    r = await client.post(url("/checkout-sessions"), data=raw, headers={**h, "Content-Type": "application/json"})
+    assert r.status == 201
 
 
 async def test_client_prices_and_status_are_ignored(client):

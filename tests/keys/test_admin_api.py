@@ -13,6 +13,7 @@ from ucp_gateway.db import platform_tx, tenant_tx
 from ucp_gateway.httpsig import KEY_RESOLVER, PgReplayStore, StaticKeyResolver
 from ucp_gateway.keys import KekRing, authenticate_admin, create_admin_token, role_at_least
 from ucp_gateway.keys.admin_tokens import AdminAuthError, revoke_admin_token
+from ucp_gateway.keys.repository import list_key_events
 from ucp_gateway.keys.scheduler import LOCK_KEY, run_once
 from ucp_gateway.tenancy import create_company
 
@@ -35,7 +36,7 @@ async def admin(db_settings, database, aiohttp_client, two_companies, clock):
     toks["other"], _ = await create_admin_token(database.pool, b.id, "owner", now=clock.now())
 
     async def call(method, path, token=None, host="acme.example", **kw):
-        headers = {"Host": host}
+        headers = {"Host": host, **kw.pop("headers", {})}
         if token:
             headers["Authorization"] = f"Bearer {toks.get(token, token)}"
         r = await client.request(method, path, headers=headers, **kw)
@@ -94,6 +95,20 @@ async def test_keys_api_roles_and_lifecycle(admin, clock):
     assert all("private_enc" not in k and "d" not in k["public_jwk"] for k in body["keys"])  # never exported
     st, body = await call("POST", "/admin/v1/keys/nope/retire", "admin")
     assert st == 404
+
+
+async def test_lifecycle_body_must_be_json(admin, database):
+    call, _toks, a, _ = admin
+    form = {"data": b"reason=oops", "headers": {"Content-Type": "application/x-www-form-urlencoded"}}
+    st, body = await call("POST", "/admin/v1/keys/rotate", "admin", **form)
+    assert st == 415 and body["code"] == "unsupported_media_type"
+    data = b'{"reason": "typed"}'
+    ctype = {"Content-Type": "application/json; charset=utf-8"}
+    st, body = await call("POST", "/admin/v1/keys/rotate", "admin", data=data, headers=ctype)
+    assert st == 200
+    # regression: the reason was dropped once the signature middleware had read the body
+    events = await list_key_events(database.pool, a.id)
+    assert [e["reason"] for e in events if e["kid"] == body["key"]["kid"]] == ["typed"]
 
 
 async def test_other_company_token_gets_same_401(admin):

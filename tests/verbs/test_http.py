@@ -8,6 +8,7 @@ from ucp_gateway.verbs.schemas import envelope_validator, record_validator
 from ucp_gateway.verbs.web import VERBS
 
 HOST = {"Host": "flower-shop.test"}
+JSON = "application/json"
 
 
 @pytest.fixture
@@ -98,7 +99,7 @@ async def test_dispatch_statuses(client, database, shop):
         b'{"verb": "x", "args": []}',
         b'{"verb": "x", "confirm": "yes"}',
     ):
-        r = await client.post("/api/v1/agent/dispatch", data=malformed, headers=h)
+        r = await client.post("/api/v1/agent/dispatch", data=malformed, headers={**h, "Content-Type": JSON})
         assert r.status == 400 and (await r.json())["error"]["reason"] == "invalid_request"
     denied = await client.post(
         "/api/v1/agent/dispatch",
@@ -165,8 +166,21 @@ def test_request_principal_mapping(shop):
 
 async def test_nan_body_is_malformed(client, database, shop):
     h = await token(database, shop, "owner")
-    r = await client.post("/api/v1/agent/dispatch", data=b'{"verb": "customer.context", "args": {"x": NaN}}', headers=h)
+    nan = b'{"verb": "customer.context", "args": {"x": NaN}}'
+    r = await client.post("/api/v1/agent/dispatch", data=nan, headers={**h, "Content-Type": JSON})
     assert r.status == 400
+
+
+async def test_dispatch_body_must_be_json(client, database, shop):
+    h = await token(database, shop, "read_only")
+    raw = b'{"verb": "capability.manifest"}'
+    r = await client.post("/api/v1/agent/dispatch", data=raw, headers={**h, "Content-Type": "text/plain"})
+    env = await r.json()
+    assert r.status == 415 and env["error"]["reason"] == "unsupported_media_type" and envelope_validator().is_valid(env)
+    r = await client.post(
+        "/api/v1/agent/dispatch", data=raw, headers={**h, "Content-Type": "application/json;charset=UTF-8"}
+    )
+    assert r.status == 200 and (await r.json())["ok"]
 
 
 async def test_staff_bearer_passes_required_signature_policy(client, database):

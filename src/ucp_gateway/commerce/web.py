@@ -8,6 +8,7 @@ Routes (under :data:`REST_PREFIX`, the rest ``endpoint`` path the company profil
     POST /checkout-sessions/{id}/complete     200 (Idempotency-Key required; response signed) | 409
     POST /checkout-sessions/{id}/cancel       200 | 409
     GET  /orders/{id}                         200
+    (a POST/PUT body not labelled ``application/json`` is 415 ``unsupported_media_type``)
     POST /testing/simulate-shipping/{id}      (server root; only with a simulation secret)
 
 Per request: company (tenancy) -> negotiation (discovery: UCP-Agent, platform profile, capability
@@ -27,6 +28,7 @@ from aiohttp import web
 from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
 from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
+from ..mediatype import require_json_body
 from . import service
 from .context import PROFILE_CACHE, RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
 from .idempotency import JSON, Stored, fingerprint, run_idempotent, serialize
@@ -79,6 +81,8 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
         raw = request.get(REQ_RAW_BODY)
         if raw is None:
             raw = await request.read()
+        if request.method in ("POST", "PUT"):
+            require_json_body(request, raw)  # UCP REST bodies are application/json: 415 otherwise
         key = request.headers.get("Idempotency-Key")
         if require_key and not key:
             raise BadRequest("Idempotency-Key header is required for this operation")

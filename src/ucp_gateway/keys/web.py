@@ -9,6 +9,9 @@ Routes (``Authorization: Bearer ucpat_...``; roles read_only < employee < admin 
     POST /admin/v1/keys/{kid}/compromise     owner       unpublish at once, replace if active
     POST /admin/v1/signatures/debug          admin       body: a raw HTTP request (text)
 
+The lifecycle POSTs take an optional ``{"reason": "..."}``; a body under another type than
+``application/json`` is 415 ``unsupported_media_type``.
+
 ``setup(app)`` also loads the KEK ring, attaches the vault to the pool and starts the scheduler.
 """
 
@@ -26,6 +29,7 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..clock import SystemClock
 from ..errors import BadRequest, ConfigError, GatewayError
+from ..mediatype import require_json_body
 from ..tenancy import resolve_host
 from .admin_tokens import AdminAuthError, StaffPrincipal, authenticate_admin, require_role
 from .envelope import KekRing
@@ -75,10 +79,12 @@ def _admin(floor: str) -> Callable[[Handler], Callable[[web.Request], Awaitable[
 
 
 async def _reason(request: web.Request) -> str:
-    if not request.can_read_body:
-        return ""
+    # read() even when the signature middleware already consumed the body (it returns the cached
+    # bytes; can_read_body is then False, which used to drop the reason silently)
+    raw = await request.read()
+    require_json_body(request, raw)
     try:
-        data = json.loads(await request.read() or b"{}")
+        data = json.loads(raw or b"{}")
     except ValueError:
         raise BadRequest("body must be JSON") from None
     reason = data.get("reason", "") if isinstance(data, dict) else ""

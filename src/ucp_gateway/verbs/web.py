@@ -7,7 +7,8 @@
 - ``GET /api/v1/agent/verbs/{name}``: one VerbRecord.
 - ``POST /api/v1/agent/dispatch`` on a company's host: ``{verb, args, confirm?, typed_phrase?, nonce?}``
   plus an optional ``Idempotency-Key`` header; answers the envelope. Denials are 200 with
-  ``ok:false``; 401 when unauthenticated, 400 for a malformed body, 404 off a company host.
+  ``ok:false``; 401 when unauthenticated, 400 for a malformed body, 415 for a body that is not
+  ``application/json``, 404 off a company host.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
+from ..mediatype import UnsupportedMediaType, require_json_body
 from ..tenancy import SUBAGENTS, resolve_host
 from .auth import Authenticator, default_authenticator
 from .decide import Call
@@ -145,6 +147,10 @@ async def dispatch(request: web.Request) -> web.Response:
         resp.headers["WWW-Authenticate"] = "Bearer"
         return resp
     raw = request[REQ_RAW_BODY] if REQ_RAW_BODY in request else await request.read()
+    try:
+        require_json_body(request, raw)
+    except UnsupportedMediaType as exc:
+        return _envelope(exc.http_status, "?", exc.code, exc.message)
     call = _parse(raw, request.headers.get("Idempotency-Key"))
     if isinstance(call, str):
         return _envelope(400, "?", "invalid_request", call)
