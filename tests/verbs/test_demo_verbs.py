@@ -179,3 +179,20 @@ async def test_capability_manifest_waves(shop, dispatcher):
         await run(dispatcher, staff(shop, transport="ucp"), "capability.manifest", {"prefix": "payments"}), "discovery"
     )
     assert [r["name"] for r in mcp["rows"]] == ["payments.preview_refund_impact"]  # refund is not on ucp
+
+
+async def test_capability_manifest_cursor_is_opaque_and_strict(shop, dispatcher):
+    """Regression: ``cursor`` was a bare verb name, so "%%%" gave the first page and "AAAA" an empty one."""
+    p = staff(shop, "read_only")
+    first = valid(await run(dispatcher, p, "capability.manifest", {"mode": "list", "limit": 7}), "discovery")
+    seen, cursor = [r["name"] for r in first["rows"]], first["next_cursor"]
+    assert cursor and cursor != seen[-1]
+    while cursor:  # a cursor alone continues the LIST wave
+        page = valid(await run(dispatcher, p, "capability.manifest", {"cursor": cursor, "limit": 7}), "discovery")
+        assert page["mode"] == "list"
+        seen += [r["name"] for r in page["rows"]]
+        cursor = page["next_cursor"]
+    assert seen == sorted(set(seen)) and len(seen) == first["total"]
+    for junk in ("%%%", "AAAA", "A", "7aCA", "cGF5bWVudHMucmVmdW5k=", "payments.refund", "x" * 256):
+        env = await run(dispatcher, p, "capability.manifest", {"mode": "list", "cursor": junk})
+        assert not env["ok"] and env["error"]["reason"] == "invalid_cursor", (junk, env)

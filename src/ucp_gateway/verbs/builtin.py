@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from ..cursors import decode_cursor, encode_cursor
+from ..errors import GatewayError
 from .context import RevertContext, VerbContext
 from .errors import VerbError
 from .manifest import detail, index, list_rows, listed, published
@@ -181,8 +183,12 @@ async def _manifest(ctx: VerbContext) -> dict[str, Any]:
     verbs = listed(
         ctx.dispatcher.registry, surface=ctx.principal.transport, tier=tier, principal_kind=ctx.principal.kind
     )
+    try:  # opaque and strict, like the agent graph's: junk is refused, never read as a verb name
+        after = decode_cursor(a["cursor"], max_length=64) if a.get("cursor") else None
+    except GatewayError:
+        raise VerbError("invalid_cursor", "cursor is not one a previous page returned", path="cursor") from None
     mode = a.get("mode") or (
-        "detail" if a.get("verbs") else "list" if (a.get("prefix") or a.get("search")) else "index"
+        "detail" if a.get("verbs") else "list" if (a.get("prefix") or a.get("search") or after) else "index"
     )
     out: dict[str, Any] = {
         "mode": mode,
@@ -194,13 +200,14 @@ async def _manifest(ctx: VerbContext) -> dict[str, Any]:
     if mode == "index":
         out["index"] = index(verbs)
     elif mode == "list" and not a.get("detail"):
-        out["rows"], out["next_cursor"] = list_rows(
+        out["rows"], last = list_rows(
             verbs,
             prefix=a.get("prefix"),
             search=a.get("search"),
-            after=a.get("cursor"),
+            after=after,
             limit=int(a.get("limit", 40)),
         )
+        out["next_cursor"] = encode_cursor(last) if last is not None else None
     else:
         names = a.get("verbs") or [
             r["name"] for r in list_rows(verbs, prefix=a.get("prefix"), search=a.get("search"))[0]
@@ -354,7 +361,7 @@ def provide(registry: Registry) -> None:
                     "detail": {"type": "boolean"},
                     "verbs": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
                     "tier": {"enum": list(TIERS)},
-                    "cursor": {"type": "string"},
+                    "cursor": {"type": "string", "maxLength": 256},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 40},
                 },
             },
