@@ -26,6 +26,7 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..clock import SystemClock
 from ..errors import BadRequest, ConfigError, GatewayError
+from ..jsonbody import InvalidJson, loads_strict
 from ..tenancy import resolve_host
 from .admin_tokens import AdminAuthError, StaffPrincipal, authenticate_admin, require_role
 from .envelope import KekRing
@@ -78,8 +79,8 @@ async def _reason(request: web.Request) -> str:
     if not request.can_read_body:
         return ""
     try:
-        data = json.loads(await request.read() or b"{}")
-    except ValueError:
+        data = loads_strict(await request.read() or b"{}")
+    except InvalidJson:
         raise BadRequest("body must be JSON") from None
     reason = data.get("reason", "") if isinstance(data, dict) else ""
     if not isinstance(reason, str) or len(reason) > 500:
