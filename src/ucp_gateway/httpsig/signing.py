@@ -6,11 +6,13 @@ not written into ``Signature-Input`` (UCP signatures.md: the algorithm comes fro
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import http_sf
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from http_message_signatures import (
     HTTPMessageSignaturesException,
@@ -20,6 +22,7 @@ from http_message_signatures import (
 )
 from multidict import CIMultiDict
 
+from .base import fast_response_base, valid_label
 from .rfc9421 import RequestView, ResponseView
 from .rfc9530 import content_digest
 
@@ -42,6 +45,9 @@ WEBHOOK_COMPONENTS = (
     "webhook-id",
     "webhook-timestamp",
 )
+
+
+_ES256 = ec.ECDSA(hashes.SHA256())
 
 
 class KeyForSigning(Protocol):
@@ -89,6 +95,39 @@ def parse_accept_signature(value: str) -> tuple[str, list[str], dict[str, Any]] 
     return None
 
 
+def _fast_sign(view: ResponseView, key: KeyForSigning, label: str, comps: list[str], params: dict[str, Any]) -> bool:
+    """Sign ``view`` without the library when :func:`.base.fast_response_base` covers the shape
+    (same base bytes, same header values; tests/httpsig/test_signing_fast.py). False: not done."""
+    if not valid_label(label) or not isinstance(key.private_key, ec.EllipticCurvePrivateKey):
+        return False
+    if not isinstance(key.private_key.curve, ec.SECP256R1):
+        return False
+    built = fast_response_base(view, tuple(comps), params)
+    if built is None:
+        return False
+    base, sig_params = built
+    der = key.private_key.sign(base, _ES256)
+    raw = algorithms.ECDSA_P256_SHA256.signature_from_der(der)
+    view.headers["Signature-Input"] = f"{label}={sig_params}"
+    view.headers["Signature"] = f"{label}=:{base64.b64encode(raw).decode('ascii')}:"
+    return True
+
+
+def _sign(view: ResponseView, key: KeyForSigning, kwargs: dict[str, Any]) -> None:
+    """One response signature: the fast path, else the library (which may raise)."""
+    params: dict[str, Any] = {"created": int(kwargs["created"].timestamp()), "keyid": key.kid}
+    if kwargs.get("expires") is not None:
+        params["expires"] = int(kwargs["expires"].timestamp())
+    for name in ("nonce", "tag"):
+        if kwargs.get(name) is not None:
+            params[name] = kwargs[name]
+    # a Content-Digest we did not compute (no body) is left to the library, which checks its format
+    ours = bool(view.body) or "Content-Digest" not in view.headers
+    if ours and _fast_sign(view, key, kwargs["label"], kwargs["covered_component_ids"], params):
+        return
+    _signer(key).sign(view, key_id=key.kid, include_alg=False, **kwargs)
+
+
 def sign_response_view(
     view: ResponseView,
     key: KeyForSigning,
@@ -101,6 +140,9 @@ def sign_response_view(
     """Sign ``view`` in place: sets Content-Digest (over ``view.body``, the exact bytes sent),
     Signature-Input and Signature. Accept-Signature (§5.2), when usable, decides label,
     components, ``nonce``/``tag``/``expires``; otherwise :func:`response_components` apply.
+
+    The usual shapes are signed through :func:`.base.fast_response_base` (the library's bytes,
+    without its Structured Field round trips); anything else through ``HTTPMessageSigner``.
     Raises HTTPMessageSignaturesException only on programming errors."""
     if view.body:
         view.headers["Content-Digest"] = content_digest(view.body)
@@ -122,15 +164,14 @@ def sign_response_view(
             kwargs["tag"] = a_params["tag"]
         if "expires" in a_params:
             kwargs["expires"] = now + dt.timedelta(minutes=5)
-    signer = _signer(key)
     try:
-        signer.sign(view, key_id=key.kid, include_alg=False, **kwargs)
+        _sign(view, key, kwargs)
     except HTTPMessageSignaturesException:
         if asked is None:
             raise
         # components we cannot provide: fall back to our own coverage
         kwargs.update(label=label, covered_component_ids=default, tag=tag)
-        signer.sign(view, key_id=key.kid, include_alg=False, **kwargs)
+        _sign(view, key, kwargs)
 
 
 def webhook_signature_headers(
