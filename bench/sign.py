@@ -53,26 +53,30 @@ def _digest(body: bytes) -> str:
     return "sha-256=:" + base64.b64encode(hashlib.sha256(body).digest()).decode() + ":"
 
 
-def _request() -> web.Request:
-    headers = CIMultiDictProxy(
-        CIMultiDict(
-            [
-                ("Host", "shop.example"),
-                ("Content-Type", "application/json"),
-                ("Content-Digest", _digest(REQ_BODY)),
-                ("UCP-Agent", 'profile="https://platform.example/profile.json"'),
-                ("Signature-Input", 'sig1=("@method" "@authority" "@path");created=1;keyid="k"'),
-                ("Signature", "sig1=:AAAA:"),
-            ]
-        )
+def _request_headers() -> CIMultiDict[str]:
+    return CIMultiDict(
+        [
+            ("Host", "shop.example"),
+            ("Content-Type", "application/json"),
+            ("Content-Digest", _digest(REQ_BODY)),
+            ("UCP-Agent", 'profile="https://platform.example/profile.json"'),
+            ("Signature-Input", 'sig1=("@method" "@authority" "@path");created=1;keyid="k"'),
+            ("Signature", "sig1=:AAAA:"),
+        ]
     )
-    req = make_mocked_request("POST", PATH, headers=headers)
+
+
+def _request() -> web.Request:
+    req = make_mocked_request("POST", PATH, headers=CIMultiDictProxy(_request_headers()))
     req[REQ_RAW_BODY] = REQ_BODY
     return req
 
 
+_REQ_HEADERS = _request_headers()
+
+
 def _response_view() -> ResponseView:
-    req = RequestView("POST", f"https://shop.example{PATH}", CIMultiDict(_request().headers), REQ_BODY, PATH)
+    req = RequestView("POST", f"https://shop.example{PATH}", _REQ_HEADERS, REQ_BODY, PATH)
     headers = CIMultiDict([("Content-Type", "application/json; charset=utf-8")])
     return ResponseView(200, headers, req, RESP_BODY)
 

@@ -173,9 +173,10 @@ _LABEL = re.compile(r"[a-z*][a-z0-9_.*-]*")
 def _response_plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[bool, str, str, str], ...], str, bool] | None:
     """Plan for a response signature's components: ``((from_request, kind, name, line prefix),
     ...)``, the ``@signature-params`` Inner List without parameters, and whether the request URL
-    is needed. Identifiers are bare names (``@status``) or serialized items (``"@path";req``), as
-    ``HTTPMessageSigner.sign`` takes them. None for parameters other than ``req``, repeats,
-    ``set-cookie`` (the library may add ``bs``), or derived components a response cannot have."""
+    is needed (for any ``;req`` component). Identifiers are bare names (``@status``) or serialized
+    items (``"@path";req``), as ``HTTPMessageSigner.sign`` takes them. None for parameters other
+    than ``req``, repeats, ``set-cookie`` (the library may add ``bs``), or derived components a
+    response cannot have."""
     steps = []
     seen: set[tuple[str, bool]] = set()
     ids = []
@@ -198,7 +199,8 @@ def _response_plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[bool, st
         seen.add((name, req))
         ids.append(cid)
         steps.append((req, kind, name, f"{cid}: "))
-    uses_url = any(req and kind in _URL_KINDS for req, kind, _n, _p in steps)
+    # any ;req component makes the library parse the request URL (and refuse one it cannot parse)
+    uses_url = any(req for req, _k, _n, _p in steps)
     return tuple(steps), "(" + " ".join(ids) + ")", uses_url
 
 
