@@ -145,3 +145,22 @@ async def test_vault_repr_and_key_repr_hide_material(database, vault, two_compan
     secrets = [base64.b64encode(vault.ring.keks["kek-1"]).decode(), base64.urlsafe_b64encode(d).decode().rstrip("=")]
     for text in (repr(vault), repr(sk), str(sk)):
         assert not any(x in text for x in secrets) and str(int.from_bytes(d, "big")) not in text
+
+
+async def test_app_cleanup_clears_the_cache(db_settings, database, aiohttp_client, clock):
+    from aiohttp import web
+
+    from ucp_gateway.appkeys import DATABASE, SETTINGS
+    from ucp_gateway.keys import web as keys_web
+
+    app = web.Application()
+    app[SETTINGS] = db_settings
+    app[DATABASE] = database
+    keys_web.setup(app)
+    client = await aiohttp_client(app)
+    vault = app[keys_web.VAULT]
+    co = await create_company(database.pool, slug="z", display_name="Z", hostnames=["z.example"])
+    await active_signing_key(database.pool, co.id, now=clock.now())
+    assert vault.size == 1
+    await client.close()
+    assert vault.size == 0
