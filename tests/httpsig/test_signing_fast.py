@@ -231,3 +231,39 @@ def test_fast_signing_replaces_existing_signature_lines():
 
 def test_default_components_list():
     assert tuple(response_components(True, _request())) == DEFAULT
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://platform.example/hooks/orders",
+        "https://platform.example:8443/hooks/orders?x=1&y=%20",
+        "https://Platform.Example:443/a%2Fb",
+        "https://[::1]:8443/hooks",  # not the plain grammar: the library signs
+        "https://platform.example/caf\u00e9",  # the library refuses it, as before
+    ],
+)
+def test_webhook_headers_match_library_and_verify(url):
+    from urllib.parse import urlsplit
+
+    from ucp_gateway.httpsig.signing import WEBHOOK_COMPONENTS, webhook_signature_headers
+
+    key, jwk = _key()
+    kw = {"body": b'{"event_id":"ev_1"}', "ucp_agent": 'profile="https://shop.example/.well-known/ucp"'}
+    kw |= {"webhook_id": "wh_1", "webhook_timestamp": "1775649600", "now": NOW}
+    try:
+        h = webhook_signature_headers(key, url=url, **kw)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            _library_sign(RequestView("POST", url, CIMultiDict(), b""), key, covered_component_ids=["@method"])
+        return
+    headers = CIMultiDict((k, v) for k, v in h.items() if k not in ("Signature", "Signature-Input"))
+    comps = list(WEBHOOK_COMPONENTS)
+    if urlsplit(url).query:
+        comps.insert(3, "@query")
+    ref = RequestView("POST", url, headers, kw["body"])
+    _library_sign(ref, key, label="sig1", created=NOW, covered_component_ids=comps)
+    assert h["Signature-Input"] == ref.headers["Signature-Input"]
+    view = RequestView("POST", url, CIMultiDict(h), kw["body"])
+    (sig,) = parse_signatures(h["Signature-Input"], h["Signature"])
+    raw_verify(jwk, signature_base(view, sig), base64.b64decode(h["Signature"].split(":")[1]))

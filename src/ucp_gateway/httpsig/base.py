@@ -167,6 +167,7 @@ def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str, str, str], .
 _RESP_ID = re.compile(r'"([a-z0-9@!#$%&\'*+.^_`|~-]+)"(;req)?')
 _BARE_NAME = re.compile(r"[a-z0-9@!#$%&'*+.^_`|~-]+")
 _LABEL = re.compile(r"[a-z*][a-z0-9_.*-]*")
+_RESP_FIELD = "field"  # a step's kind for a field (derived components: their name)
 
 
 @lru_cache(maxsize=512)
@@ -193,7 +194,7 @@ def _response_plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[bool, st
                 return None
             kind = name
         elif _FIELD.match(name):
-            kind = _FIELD_KIND
+            kind = _RESP_FIELD
         else:
             return None
         seen.add((name, req))
@@ -254,7 +255,7 @@ def fast_response_base(
     for from_request, kind, name, prefix in steps:
         if from_request and request is None:
             return None
-        if kind is _FIELD_KIND:
+        if kind is _RESP_FIELD:
             value = _field_value(request.headers if from_request else response.headers, name)
             if value is None:
                 return None

@@ -22,7 +22,7 @@ from http_message_signatures import (
 )
 from multidict import CIMultiDict
 
-from .base import fast_response_base, valid_label
+from .base import fast_base_for_ids, fast_response_base, valid_label
 from .rfc9421 import RequestView, ResponseView
 from .rfc9530 import content_digest
 
@@ -48,6 +48,7 @@ WEBHOOK_COMPONENTS = (
 
 
 _ES256 = ec.ECDSA(hashes.SHA256())
+_PARAMS_LINE = '"@signature-params": '
 
 
 class KeyForSigning(Protocol):
@@ -95,21 +96,27 @@ def parse_accept_signature(value: str) -> tuple[str, list[str], dict[str, Any]] 
     return None
 
 
+def _es256(key: KeyForSigning, label: str) -> bool:
+    """Whether the fast paths may sign with ``key`` under ``label`` (P-256; a valid SF key)."""
+    pk = key.private_key
+    return valid_label(label) and isinstance(pk, ec.EllipticCurvePrivateKey) and isinstance(pk.curve, ec.SECP256R1)
+
+
+def _write_signature(headers: CIMultiDict[str], key: KeyForSigning, label: str, base: bytes, sig_params: str) -> None:
+    """Sign ``base`` (ES256, RFC 9421 §3.3.4 r||s) and set Signature-Input/Signature as the library
+    does: one line each, replacing any earlier ones."""
+    raw = algorithms.ECDSA_P256_SHA256.signature_from_der(key.private_key.sign(base, _ES256))
+    headers["Signature-Input"] = f"{label}={sig_params}"
+    headers["Signature"] = f"{label}=:{base64.b64encode(raw).decode('ascii')}:"
+
+
 def _fast_sign(view: ResponseView, key: KeyForSigning, label: str, comps: list[str], params: dict[str, Any]) -> bool:
     """Sign ``view`` without the library when :func:`.base.fast_response_base` covers the shape
     (same base bytes, same header values; tests/httpsig/test_signing_fast.py). False: not done."""
-    if not valid_label(label) or not isinstance(key.private_key, ec.EllipticCurvePrivateKey):
-        return False
-    if not isinstance(key.private_key.curve, ec.SECP256R1):
-        return False
-    built = fast_response_base(view, tuple(comps), params)
+    built = fast_response_base(view, tuple(comps), params) if _es256(key, label) else None
     if built is None:
         return False
-    base, sig_params = built
-    der = key.private_key.sign(base, _ES256)
-    raw = algorithms.ECDSA_P256_SHA256.signature_from_der(der)
-    view.headers["Signature-Input"] = f"{label}={sig_params}"
-    view.headers["Signature"] = f"{label}=:{base64.b64encode(raw).decode('ascii')}:"
+    _write_signature(view.headers, key, label, *built)
     return True
 
 
@@ -201,6 +208,11 @@ def webhook_signature_headers(
     if urlsplit(url).query:
         comps.insert(3, "@query")
     view = RequestView(method.upper(), url, headers, body)
+    ids = tuple(f'"{c}"' for c in comps)
+    base = fast_base_for_ids(view, ids, {"created": int(now.timestamp()), "keyid": key.kid})
+    if base is not None and _es256(key, "sig1"):  # the library's bytes (tests/httpsig/test_signing_fast.py)
+        _write_signature(headers, key, "sig1", base, base.rsplit(b"\n", 1)[1].decode()[len(_PARAMS_LINE) :])
+        return dict(headers.items())
     _signer(key).sign(
         view,
         key_id=key.kid,
