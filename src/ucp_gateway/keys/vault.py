@@ -10,11 +10,9 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import asyncpg
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from ..errors import ConfigError
 from .envelope import KekRing, decrypt_private_jwk
-from .rfc7638 import private_key_from_jwk
 
 __all__ = ["Vault", "attach_vault", "get_vault", "vault_of"]
 
@@ -54,11 +52,6 @@ class Vault:
         while len(self._cache) > self.max_entries:
             self._cache.popitem(last=False)
         return value
-
-    def private_key(self, company_id: UUID, kid: str, blob: dict[str, Any]) -> ec.EllipticCurvePrivateKey:
-        """The private key object of a stored record given as a dict (decrypted once per record)."""
-        record = json.dumps(blob, sort_keys=True, separators=(",", ":"))
-        return self.cached(company_id, kid, record, private_key_from_jwk)
 
     def forget(self, company_id: UUID, kid: str) -> None:
         """Drop every cached entry of ``kid`` (compromised or retired: no reason to keep it)."""
