@@ -267,3 +267,19 @@ def test_webhook_headers_match_library_and_verify(url):
     view = RequestView("POST", url, CIMultiDict(h), kw["body"])
     (sig,) = parse_signatures(h["Signature-Input"], h["Signature"])
     raw_verify(jwk, signature_base(view, sig), base64.b64decode(h["Signature"].split(":")[1]))
+
+
+def test_company_keys_qualify_for_the_fast_path():
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from ucp_gateway.httpsig.signing import _es256
+
+    key, _jwk = _key()
+    assert _es256(key, "sig1") and _es256(key, "rsig")
+    assert not _es256(key, "Sig1") and not _es256(key, "1sig")  # not a Dictionary key: library decides
+
+    class P384:
+        kid = "k"
+        private_key = ec.generate_private_key(ec.SECP384R1())
+
+    assert not _es256(P384(), "sig1")

@@ -8,6 +8,10 @@ normalised like the library does; anything else returns None, in which case the 
 base builder is used. Why: the library's builder re-serialises every identifier through
 ``http_sf`` and costs several times the ECDSA verify itself (bench/verify.py). Tests check that
 both builders, and both URL splitters, give identical results (tests/httpsig/test_base.py).
+
+``fast_response_base`` does the same for the responses we sign (RFC 9421 §2.4): ``@status``,
+response fields and ``;req`` request components (UCP signatures.md, "Response covered
+components"); the library stays the reference (tests/httpsig/test_signing_fast.py, bench/sign.py).
 """
 
 from __future__ import annotations
