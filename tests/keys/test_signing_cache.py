@@ -164,3 +164,25 @@ async def test_app_cleanup_clears_the_cache(db_settings, database, aiohttp_clien
     assert vault.size == 1
     await client.close()
     assert vault.size == 0
+
+
+async def test_a_signed_response_costs_one_statement(database, two_companies, clock):
+    """The key lookup is one statement on the wire (plus the pool's own reset on release),
+    cached key or not; the tenant transaction it replaced took BEGIN, set_config, SELECT, COMMIT."""
+    from ucp_gateway.db.database import _init_connection
+
+    a, _ = two_companies
+    pool = await asyncpg.create_pool(database.app_dsn, min_size=1, max_size=1, init=_init_connection)
+    try:
+        attach_vault(pool, Vault(KekRing.parse(KekRing.new_entry("kek-1"))))
+        await ensure_active_key(pool, a.id, now=clock.now())
+        seen: list[str] = []
+        async with pool.acquire() as conn:
+            conn.add_query_logger(lambda rec: seen.append(rec.query))
+        for _ in range(3):
+            seen.clear()
+            await active_signing_key(pool, a.id)
+            ours = [q for q in seen if "company_keys" in q or "set_config" in q or q.strip() in ("BEGIN", "COMMIT")]
+            assert ours == [_ACTIVE_ONE_STATEMENT], seen
+    finally:
+        await pool.close()
