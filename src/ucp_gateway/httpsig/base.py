@@ -97,13 +97,15 @@ def fast_base_for_ids(message: Any, component_ids: tuple[str, ...], params: dict
         path = path or "/"
     headers = message.headers
     out: list[str] = []
+    append, getall = out.append, headers.getall
     for kind, name, prefix in steps:
-        if kind is _FIELD_KIND:
-            field_lines = headers.getall(name, None)
+        if kind is None:  # a field
+            field_lines = getall(name, None)
             if field_lines is None:
                 return None
-            if len(field_lines) == 1 and "\r\n" not in field_lines[0]:
-                value = field_lines[0].strip(" \t")  # what normalize_header_value does without folds
+            value = field_lines[0]
+            if len(field_lines) == 1 and "\r\n" not in value:
+                value = value.strip(" \t")  # what normalize_header_value does without folds
             else:
                 value = ", ".join(normalize_header_value(v) for v in field_lines)
             # ASCII, printable or tab (no CR, LF or other controls)
@@ -127,25 +129,25 @@ def fast_base_for_ids(message: Any, component_ids: tuple[str, ...], params: dict
             hostport = host if port is None else f"{host}:{port}"
             value = f"{scheme_raw}://{hostport}{path}{'' if query is None else '?' + query}"
         # URL-derived values need no printable/space check: url_parts' grammar admits neither
-        out.append(f"{prefix}{value}\n")
-    out.append('"@signature-params": ' + inner + suffix)
+        append(f"{prefix}{value}\n")
+    append(f'"@signature-params": {inner}{suffix}')
     base = "".join(out)
     return base.encode("ascii") if base.isascii() else None
 
 
-_FIELD_KIND = "field"
 _URL_KINDS = frozenset({"@authority", "@path", "@query", "@scheme", "@target-uri"})
 _DERIVED = _URL_KINDS | {"@method"}
 _PLAIN_ID = re.compile(r'"([a-z0-9@!#$%&\'*+.^_`|~-]+)"')
 
 
 @lru_cache(maxsize=512)
-def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str, str, str], ...], str, bool] | None:
+def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str | None, str, str], ...], str, bool] | None:
     """How to build the base lines for a list of covered components: ``((kind, name, line
-    prefix), ...)``, the ``@signature-params`` Inner List without parameters, and whether the URL
-    is needed; None if a component has parameters, repeats, or is not handled here. Depends only
-    on the identifiers (the same few lists recur across requests), never on request values."""
-    steps = []
+    prefix), ...)`` (kind: the derived component's name, None for a field), the
+    ``@signature-params`` Inner List without parameters, and whether the URL is needed; None if a
+    component has parameters, repeats, or is not handled here. Depends only on the identifiers
+    (the same few lists recur across requests), never on request values."""
+    steps: list[tuple[str | None, str, str]] = []
     names: set[str] = set()
     for cid in component_ids:
         m = _PLAIN_ID.fullmatch(cid)
@@ -157,7 +159,7 @@ def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str, str, str], .
                 return None
             kind = name
         elif _FIELD.match(name):
-            kind = _FIELD_KIND
+            kind = None
         else:
             return None
         names.add(name)

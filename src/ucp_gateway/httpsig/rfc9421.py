@@ -80,9 +80,13 @@ class ResponseView:
     body: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ParsedSignature:
-    """One member of ``Signature-Input`` with its ``Signature`` bytes (RFC 9421 §4.1, §4.2)."""
+    """One member of ``Signature-Input`` with its ``Signature`` bytes (RFC 9421 §4.1, §4.2).
+
+    Treat as read-only. Not declared frozen: one is built per request on the hot path, and a
+    frozen dataclass's ``__init__`` costs several times more (``params`` is a dict in any case).
+    """
 
     label: str
     components: tuple[str, ...]  # serialized component identifiers in received order

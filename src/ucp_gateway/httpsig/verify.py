@@ -27,8 +27,8 @@ from .resolver import KeyResolver
 from .rfc9421 import (
     ParsedSignature,
     RequestView,
+    _algorithm,
     algorithm_for_jwk,
-    algorithm_instance,
     parse_signatures,
     verify_signature,
 )
@@ -198,7 +198,7 @@ def _verify_one(
     policy: SignaturePolicy,
     now: dt.datetime,
 ) -> VerifiedSignature:
-    alg_cls, _size = algorithm_for_jwk(jwk)
+    alg_cls, size = algorithm_for_jwk(jwk)
     if alg_cls.algorithm_id == "ecdsa-p384-sha384" and not policy.allow_es384:
         raise AlgorithmUnsupported("ES384 is not accepted")
     if "alg" in chosen.params and chosen.params["alg"] != alg_cls.algorithm_id:
@@ -212,7 +212,8 @@ def _verify_one(
         check_content_digest(view.headers.get("Content-Digest"), view.body)
     kid = chosen.keyid or ""
     # Only the chosen signature is checked; others are never validated (RFC 9421 §7.2.6).
-    verify_signature(view, chosen, algorithm_instance(jwk))
+    # _algorithm = algorithm_instance(jwk) without looking the curve up a second time
+    verify_signature(view, chosen, _algorithm(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size))
     p = chosen.params
     nonce, tag = p.get("nonce"), p.get("tag")
     return VerifiedSignature(  # positional, in field order: kid, profile_url, label, covered_components,
