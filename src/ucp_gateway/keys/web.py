@@ -198,6 +198,8 @@ async def _keys_ctx(app: web.Application) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        if VAULT in app:
+            app[VAULT].clear()  # decrypted keys do not outlive the app
 
 
 def setup(app: web.Application) -> None:
