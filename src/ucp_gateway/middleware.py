@@ -17,7 +17,7 @@ import structlog
 from aiohttp import web
 
 from .appkeys import DATABASE, REQ_COMPANY, REQ_REQUEST_ID
-from .errors import GatewayError
+from .errors import BadRequest, GatewayError
 from .tenancy import HostCache
 
 __all__ = ["ACCESS_LOG", "ACCESS_LOG_ON", "HOST_CACHE", "foundation_middleware", "json_error"]
@@ -99,6 +99,9 @@ async def foundation_middleware(request: web.Request, handler: Handler) -> web.S
     try:
         try:
             path = request.path
+            if "\x00" in path or "\x00" in request.query_string:
+                # %00 decodes to U+0000, which no PostgreSQL text column can hold: refuse it here
+                raise BadRequest("the request target must not contain %00")
             if path == "/healthz" or path == "/readyz":
                 request[REQ_COMPANY] = None
             else:

@@ -269,3 +269,22 @@ async def test_checkout_links_keep_the_public_port(aiohttp_client, database, db_
     co = await r.json()
     assert r.status == 201, co
     assert co["continue_url"].startswith(f"{db_settings.public_scheme}://127.0.0.1:8443/"), co["continue_url"]
+
+
+async def test_unstorable_input_is_400_never_503(client):
+    """Regression (newcomer fuzzing): U+0000, unpaired surrogates and deep nesting reached
+    PostgreSQL or the JSON parser and came back as 503 execution_failed naming the exception."""
+    bodies = [
+        b'{"line_items": [{"item": {"id": "pot\\u0000"}, "quantity": 1}]}',
+        b'{"line_items": [{"item": {"id": "\\ud800"}, "quantity": 1}]}',
+        b"[" * 100_000 + b"]" * 100_000,
+    ]
+    for raw in bodies:
+        r = await client.post(url("/checkout-sessions"), data=raw, headers=headers(key=new_key()))
+        body = await r.json()
+        assert r.status == 400 and body["code"] == "invalid_request", body
+    for path in ("/checkout-sessions/%00", "/orders/ord_%00"):
+        r = await client.get(url(path), headers=headers())
+        body = await r.json()
+        assert r.status == 400 and body["code"] == "invalid_request", (path, body)
+        assert "Error" not in body["content"]

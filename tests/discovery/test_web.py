@@ -150,6 +150,10 @@ async def test_platform_node_and_paginated_agent_graph(aiohttp_client, database,
     assert pages == 3
     bad = await client.get("/ucp/agent-graph?cursor=%%%", headers={"Host": "platform.test"})
     assert bad.status == 400 and (await bad.json())["code"] == "invalid_cursor"
+    # regression: "AAAA" decodes to NUL bytes, which reached PostgreSQL and answered 500
+    for junk in ("AAAA", "_w", "QQ"):  # NUL bytes, a non-UTF-8 byte, "A" (not a slug: upper case)
+        bad = await client.get(f"/ucp/agent-graph?cursor={junk}", headers={"Host": "platform.test"})
+        assert bad.status == 400 and (await bad.json())["code"] == "invalid_cursor", junk
 
 
 async def test_vendor_documents_are_served_and_describe_the_config(client) -> None:

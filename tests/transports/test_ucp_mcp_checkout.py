@@ -137,3 +137,18 @@ async def test_unsigned_request_is_a_jsonrpc_error(signed_shop):
     body = resp.json()
     assert resp.status_code == 401 and body["id"] == 11 and body["error"]["code"] == -32000
     assert body["error"]["data"]["code"]
+
+
+async def test_deeply_nested_body_is_a_parse_error(signed_shop):
+    """Regression: a signed body of 100k nested arrays raised RecursionError past the error
+    middleware and came back as a plain-text 500."""
+    base, agent, _ = signed_shop
+    raw = b"[" * 100_000 + b"]" * 100_000
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        resp = await http.post(
+            base + "/ucp/mcp",
+            content=raw,
+            headers={"UCP-Agent": f'profile="{agent.profile_url}"', "Content-Type": "application/json"},
+        )
+    assert resp.status_code == 400 and resp.headers["Content-Type"].startswith("application/json")
+    assert resp.json()["error"]["code"] == -32700

@@ -204,3 +204,11 @@ async def test_staff_bearer_passes_required_signature_policy(client, database):
     # a bearer token does not exempt other company routes from signatures
     other = await client.get("/ucp/v1/orders/x", headers={**host, "Authorization": f"Bearer {tok}"})
     assert other.status == 401 and (await other.json())["code"] == "signature_missing"
+
+
+async def test_unstorable_args_are_400(client, database, shop):
+    """Regression: an unpaired surrogate in args made the audit insert fail with a 500."""
+    h = await token(database, shop, "owner")
+    raw = b'{"verb": "capability.manifest", "args": {"prefix": "\\ud800"}}'
+    r = await client.post("/api/v1/agent/dispatch", data=raw, headers=h)
+    assert r.status == 400, await r.text()

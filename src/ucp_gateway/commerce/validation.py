@@ -7,7 +7,6 @@ server is the price authority. Payment credentials are never kept in the state.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -19,6 +18,7 @@ from ucp_sdk.models.schemas.shopping.discount import DiscountsObject
 from ucp_sdk.models.schemas.shopping.types.fulfillment_create_request import FulfillmentCreateRequest
 
 from ..errors import BadRequest
+from ..jsonbody import InvalidJson, loads_strict
 
 __all__ = ["InvalidRequest", "parse_complete", "parse_json", "parse_state"]
 
@@ -32,9 +32,9 @@ class InvalidRequest(BadRequest):
 def parse_json(raw: bytes) -> dict[str, Any]:
     """Decode a JSON object body. Raises InvalidRequest."""
     try:
-        data = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidRequest("body is not valid JSON") from None
+        data = loads_strict(raw or b"{}")
+    except InvalidJson as exc:
+        raise InvalidRequest(str(exc)) from None
     if not isinstance(data, dict):
         raise InvalidRequest("body must be a JSON object")
     return data

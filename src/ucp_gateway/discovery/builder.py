@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,6 +217,9 @@ def build_company_profile(
     }
 
 
+_CURSOR_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # tenancy's slug rule
+
+
 def encode_cursor(slug: str) -> str:
     """Opaque keyset cursor for the page after ``slug``."""
     return base64.urlsafe_b64encode(slug.encode()).decode().rstrip("=")
@@ -227,7 +231,7 @@ def decode_cursor(cursor: str) -> str:
         slug = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise BadRequest("invalid cursor", code="invalid_cursor") from None
-    if not slug or len(slug) > 63:
+    if not _CURSOR_SLUG.fullmatch(slug):  # only a company slug can be a cursor (never sent to SQL otherwise)
         raise BadRequest("invalid cursor", code="invalid_cursor")
     return slug
 

@@ -8,6 +8,10 @@ normalised like the library does; anything else returns None, in which case the 
 base builder is used. Why: the library's builder re-serialises every identifier through
 ``http_sf`` and costs several times the ECDSA verify itself (bench/verify.py). Tests check that
 both builders, and both URL splitters, give identical results (tests/httpsig/test_base.py).
+
+``fast_response_base`` does the same for the responses we sign (RFC 9421 §2.4): ``@status``,
+response fields and ``;req`` request components (UCP signatures.md, "Response covered
+components"); the library stays the reference (tests/httpsig/test_signing_fast.py, bench/sign.py).
 """
 
 from __future__ import annotations
@@ -162,3 +166,134 @@ def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str | None, str, 
         steps.append((kind, name, f"{cid}: "))
     inner = "(" + " ".join(component_ids) + ")"
     return tuple(steps), inner, bool(names & _URL_KINDS)
+
+
+# --- responses (RFC 9421 §2.4): ``@status``, response fields and ``;req`` request components ---------
+
+_RESP_ID = re.compile(r'"([a-z0-9@!#$%&\'*+.^_`|~-]+)"(;req)?')
+_BARE_NAME = re.compile(r"[a-z0-9@!#$%&'*+.^_`|~-]+")
+_LABEL = re.compile(r"[a-z*][a-z0-9_.*-]*")
+_RESP_FIELD = "field"  # a step's kind for a field (derived components: their name)
+
+
+@lru_cache(maxsize=512)
+def _response_plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[bool, str, str, str], ...], str, bool] | None:
+    """Plan for a response signature's components: ``((from_request, kind, name, line prefix),
+    ...)``, the ``@signature-params`` Inner List without parameters, and whether the request URL
+    is needed (for any ``;req`` component). Identifiers are bare names (``@status``) or serialized
+    items (``"@path";req``), as ``HTTPMessageSigner.sign`` takes them. None for parameters other
+    than ``req``, repeats, ``set-cookie`` (the library may add ``bs``), or derived components a
+    response cannot have."""
+    steps = []
+    seen: set[tuple[str, bool]] = set()
+    ids = []
+    for raw in component_ids:
+        cid = raw if raw.startswith('"') else (f'"{raw}"' if _BARE_NAME.fullmatch(raw) else "")
+        m = _RESP_ID.fullmatch(cid)
+        if m is None:
+            return None
+        name, req = m.group(1), m.group(2) is not None
+        if (name, req) in seen or name == "set-cookie":
+            return None
+        if name.startswith("@"):
+            if (req and name not in _DERIVED) or (not req and name != "@status"):
+                return None
+            kind = name
+        elif _FIELD.match(name):
+            kind = _RESP_FIELD
+        else:
+            return None
+        seen.add((name, req))
+        ids.append(cid)
+        steps.append((req, kind, name, f"{cid}: "))
+    # any ;req component makes the library parse the request URL (and refuse one it cannot parse)
+    uses_url = any(req for req, _k, _n, _p in steps)
+    return tuple(steps), "(" + " ".join(ids) + ")", uses_url
+
+
+def _field_value(headers: Any, name: str) -> str | None:
+    """A field's combined value as the library resolves it, or None (absent, or not ASCII printable)."""
+    field_lines = headers.getall(name, None)
+    if field_lines is None:
+        return None
+    if len(field_lines) == 1 and "\r\n" not in field_lines[0]:
+        value = field_lines[0].strip(" \t")
+    else:
+        value = ", ".join(normalize_header_value(v) for v in field_lines)
+    if not value.isascii() or not (value.isprintable() or value.replace("\t", " ").isprintable()):
+        return None
+    return value
+
+
+def fast_response_base(
+    response: Any, component_ids: tuple[str, ...], params: dict[str, Any]
+) -> tuple[bytes, str] | None:
+    """The signature base of a response signature and its ``@signature-params`` value, or None
+    when the fast path does not apply (then the library decides, and may raise).
+
+    ``response`` has ``status_code`` (int), ``headers`` (a multidict) and ``request`` (a
+    :class:`.rfc9421.RequestView` or None, for ``;req`` components, RFC 9421 §2.4).
+    ``component_ids``: bare names or serialized items as for ``HTTPMessageSigner.sign``;
+    ``params``: signature parameters in the order they are written (``created``, ``keyid``, ...).
+    """
+    plan = _response_plan(component_ids)
+    suffix = _params_suffix(params)
+    status = getattr(response, "status_code", None)
+    if plan is None or suffix is None or type(status) is not int:
+        return None
+    steps, inner, uses_url = plan
+    request = getattr(response, "request", None)
+    if request is not None:
+        method = getattr(request, "method", None)
+        if not isinstance(method, str) or method != method.upper():
+            return None  # the library refuses such a request even when no ;req component is covered
+        if uses_url:
+            parts = url_parts(request.url)
+            if parts is None:
+                return None
+            scheme_raw, host, port, path, query = parts
+            scheme = scheme_raw.lower()
+            authority = host.lower()
+            if port and port.lstrip("0") != _DEFAULT_PORTS.get(scheme):
+                authority += ":" + port
+            path = path or "/"
+    out: list[str] = []
+    for from_request, kind, name, prefix in steps:
+        if from_request and request is None:
+            return None
+        if kind is _RESP_FIELD:
+            value = _field_value(request.headers if from_request else response.headers, name)
+            if value is None:
+                return None
+        elif kind == "@status":
+            value = str(status)
+        elif kind == "@method":
+            value = method
+            if not value.isprintable() or value != value.strip(" "):
+                return None
+        elif kind == "@authority":
+            value = authority
+        elif kind == "@path":
+            value = path
+        elif kind == "@query":
+            value = "?" + (query or "")
+        elif kind == "@scheme":
+            value = scheme
+        else:  # @target-uri
+            if method == "OPTIONS":
+                return None
+            hostport = host if port is None else f"{host}:{port}"
+            value = f"{scheme_raw}://{hostport}{path}{'' if query is None else '?' + query}"
+        out.append(f"{prefix}{value}\n")
+    sig_params = inner + suffix
+    out.append('"@signature-params": ' + sig_params)
+    base = "".join(out)
+    return (base.encode("ascii"), sig_params) if base.isascii() else None
+
+
+def valid_label(label: str) -> bool:
+    """Whether ``label`` serializes as a Structured Field Dictionary key (RFC 8941 §3.2)."""
+    return _LABEL.fullmatch(label) is not None
+
+
+__all__ += ["fast_response_base", "valid_label"]

@@ -6,11 +6,13 @@ not written into ``Signature-Input`` (UCP signatures.md: the algorithm comes fro
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import http_sf
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from http_message_signatures import (
     HTTPMessageSignaturesException,
@@ -20,6 +22,7 @@ from http_message_signatures import (
 )
 from multidict import CIMultiDict
 
+from .base import fast_base_for_ids, fast_response_base, valid_label
 from .rfc9421 import RequestView, ResponseView
 from .rfc9530 import content_digest
 
@@ -42,6 +45,10 @@ WEBHOOK_COMPONENTS = (
     "webhook-id",
     "webhook-timestamp",
 )
+
+
+_ES256 = ec.ECDSA(hashes.SHA256())
+_PARAMS_LINE = '"@signature-params": '
 
 
 class KeyForSigning(Protocol):
@@ -89,6 +96,45 @@ def parse_accept_signature(value: str) -> tuple[str, list[str], dict[str, Any]] 
     return None
 
 
+def _es256(key: KeyForSigning, label: str) -> bool:
+    """Whether the fast paths may sign with ``key`` under ``label`` (P-256; a valid SF key)."""
+    pk = key.private_key
+    return valid_label(label) and isinstance(pk, ec.EllipticCurvePrivateKey) and isinstance(pk.curve, ec.SECP256R1)
+
+
+def _write_signature(headers: CIMultiDict[str], key: KeyForSigning, label: str, base: bytes, sig_params: str) -> None:
+    """Sign ``base`` (ES256, RFC 9421 §3.3.4 r||s) and set Signature-Input/Signature as the library
+    does: one line each, replacing any earlier ones."""
+    raw = algorithms.ECDSA_P256_SHA256.signature_from_der(key.private_key.sign(base, _ES256))
+    headers["Signature-Input"] = f"{label}={sig_params}"
+    headers["Signature"] = f"{label}=:{base64.b64encode(raw).decode('ascii')}:"
+
+
+def _fast_sign(view: ResponseView, key: KeyForSigning, label: str, comps: list[str], params: dict[str, Any]) -> bool:
+    """Sign ``view`` without the library when :func:`.base.fast_response_base` covers the shape
+    (same base bytes, same header values; tests/httpsig/test_signing_fast.py). False: not done."""
+    built = fast_response_base(view, tuple(comps), params) if _es256(key, label) else None
+    if built is None:
+        return False
+    _write_signature(view.headers, key, label, *built)
+    return True
+
+
+def _sign(view: ResponseView, key: KeyForSigning, kwargs: dict[str, Any]) -> None:
+    """One response signature: the fast path, else the library (which may raise)."""
+    params: dict[str, Any] = {"created": int(kwargs["created"].timestamp()), "keyid": key.kid}
+    if kwargs.get("expires") is not None:
+        params["expires"] = int(kwargs["expires"].timestamp())
+    for name in ("nonce", "tag"):
+        if kwargs.get(name) is not None:
+            params[name] = kwargs[name]
+    # a Content-Digest we did not compute (no body) is left to the library, which checks its format
+    ours = bool(view.body) or "Content-Digest" not in view.headers
+    if ours and _fast_sign(view, key, kwargs["label"], kwargs["covered_component_ids"], params):
+        return
+    _signer(key).sign(view, key_id=key.kid, include_alg=False, **kwargs)
+
+
 def sign_response_view(
     view: ResponseView,
     key: KeyForSigning,
@@ -101,6 +147,9 @@ def sign_response_view(
     """Sign ``view`` in place: sets Content-Digest (over ``view.body``, the exact bytes sent),
     Signature-Input and Signature. Accept-Signature (§5.2), when usable, decides label,
     components, ``nonce``/``tag``/``expires``; otherwise :func:`response_components` apply.
+
+    The usual shapes are signed through :func:`.base.fast_response_base` (the library's bytes,
+    without its Structured Field round trips); anything else through ``HTTPMessageSigner``.
     Raises HTTPMessageSignaturesException only on programming errors."""
     if view.body:
         view.headers["Content-Digest"] = content_digest(view.body)
@@ -122,15 +171,14 @@ def sign_response_view(
             kwargs["tag"] = a_params["tag"]
         if "expires" in a_params:
             kwargs["expires"] = now + dt.timedelta(minutes=5)
-    signer = _signer(key)
     try:
-        signer.sign(view, key_id=key.kid, include_alg=False, **kwargs)
+        _sign(view, key, kwargs)
     except HTTPMessageSignaturesException:
         if asked is None:
             raise
         # components we cannot provide: fall back to our own coverage
         kwargs.update(label=label, covered_component_ids=default, tag=tag)
-        signer.sign(view, key_id=key.kid, include_alg=False, **kwargs)
+        _sign(view, key, kwargs)
 
 
 def webhook_signature_headers(
@@ -160,6 +208,11 @@ def webhook_signature_headers(
     if urlsplit(url).query:
         comps.insert(3, "@query")
     view = RequestView(method.upper(), url, headers, body)
+    ids = tuple(f'"{c}"' for c in comps)
+    base = fast_base_for_ids(view, ids, {"created": int(now.timestamp()), "keyid": key.kid})
+    if base is not None and _es256(key, "sig1"):  # the library's bytes (tests/httpsig/test_signing_fast.py)
+        _write_signature(headers, key, "sig1", base, base.rsplit(b"\n", 1)[1].decode()[len(_PARAMS_LINE) :])
+        return dict(headers.items())
     _signer(key).sign(
         view,
         key_id=key.kid,

@@ -19,7 +19,7 @@ from ..db import tenant_tx
 from ..errors import Conflict, NotFound
 from .envelope import KekRing, encrypt_private_jwk, rewrap
 from .lifecycle import PUBLISHED, KeyEvent, KeyState, KeyTiming, due_events, step
-from .rfc7638 import generate_p256, public_jwk
+from .rfc7638 import generate_p256, private_key_from_jwk, public_jwk
 from .vault import Vault, attach_vault, get_vault, vault_of
 
 __all__ = [
@@ -134,6 +134,20 @@ async def published_jwks(pool: asyncpg.Pool, company_id: UUID) -> list[dict[str,
     return [dict(r["public_jwk"]) for r in rows]
 
 
+# The active key's id and stored record in ONE statement (one round trip, no BEGIN/COMMIT): the
+# tenant context is set by set_config(..., true) in the outer row, which lives as long as this
+# statement's implicit transaction; the LATERAL subquery (kept apart by OFFSET 0) is scanned only
+# after that row exists, so RLS (company_id = app_company_id()) sees the context. The explicit
+# company_id predicate makes another tenant's row impossible whatever the setting held; a context
+# not yet visible could only hide the row (fail closed), never show another (tests/keys).
+_ACTIVE_ONE_STATEMENT = (
+    "SELECT k.kid, k.private_enc::text AS record"
+    " FROM (SELECT set_config('app.company_id', $1, true) AS cid) AS ctx"
+    " CROSS JOIN LATERAL (SELECT kid, private_enc FROM company_keys"
+    " WHERE state = 'active' AND company_id = ctx.cid::uuid OFFSET 0) AS k"
+)
+
+
 async def active_signing_key(
     pool: asyncpg.Pool,
     company_id: UUID,
@@ -144,21 +158,28 @@ async def active_signing_key(
 ) -> SigningKey:
     """The company's active key with its decrypted private key.
 
-    A company that never had a key gets its first one here (``create_if_missing``; nobody can
-    have cached an older key, so it may sign at once). ``vault`` defaults to the one attached to
-    ``pool``. Raises NoActiveKey (409), KeyDecryptError (500, fail closed) or ConfigError (no KEK).
+    Which key is active is read from the database on every call (one statement), so a lifecycle
+    change (``compromised``, ``retired``, a rotation) takes effect on the next call in every
+    replica; only the decrypted key is cached, by the vault, per exact stored record
+    (:class:`.vault.Vault`). A company that never had a key gets its first one here
+    (``create_if_missing``; nobody can have cached an older key, so it may sign at once).
+    ``vault`` defaults to the one attached to ``pool``. Raises NoActiveKey (409),
+    KeyDecryptError (500, fail closed) or ConfigError (no KEK).
     """
     v = vault or get_vault(pool)
     cid = UUID(str(company_id))
-    async with tenant_tx(pool, cid) as conn:
-        r = await conn.fetchrow("SELECT kid, public_jwk, private_enc FROM company_keys WHERE state = 'active'")
+    r = await pool.fetchrow(_ACTIVE_ONE_STATEMENT, str(cid))
     if r is None and create_if_missing:
         await ensure_active_key(pool, cid, now=now or dt.datetime.now(dt.UTC), vault=v)
         return await active_signing_key(pool, cid, vault=v, create_if_missing=False)
     if r is None:
         raise NoActiveKey("company has no active signing key")
-    key = v.private_key(cid, r["kid"], dict(r["private_enc"]))
-    return SigningKey(cid, r["kid"], key, dict(r["public_jwk"]))
+    kid = r["kid"]
+
+    def build(jwk: dict[str, Any]) -> SigningKey:
+        return SigningKey(cid, kid, private_key_from_jwk(jwk), public_jwk(jwk, kid))
+
+    return v.cached(cid, kid, r["record"], build)
 
 
 async def _event(conn, company_id, kid, from_state, to_state, event, actor, reason, now) -> None:

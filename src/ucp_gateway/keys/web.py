@@ -29,6 +29,7 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..clock import SystemClock
 from ..errors import BadRequest, ConfigError, GatewayError
+from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import require_json_body
 from ..tenancy import resolve_host
 from .admin_tokens import AdminAuthError, StaffPrincipal, authenticate_admin, require_role
@@ -84,8 +85,8 @@ async def _reason(request: web.Request) -> str:
     raw = await request.read()
     require_json_body(request, raw)
     try:
-        data = json.loads(raw or b"{}")
-    except ValueError:
+        data = loads_strict(raw or b"{}")
+    except InvalidJson:
         raise BadRequest("body must be JSON") from None
     reason = data.get("reason", "") if isinstance(data, dict) else ""
     if not isinstance(reason, str) or len(reason) > 500:
@@ -203,6 +204,8 @@ async def _keys_ctx(app: web.Application) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        if VAULT in app:
+            app[VAULT].clear()  # decrypted keys do not outlive the app
 
 
 def setup(app: web.Application) -> None:

@@ -17,7 +17,6 @@ those doors authenticate differently (cookie + CSRF, UCP signature) and have the
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +25,7 @@ from aiohttp import web
 
 from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY
 from ..errors import BadRequest
+from ..jsonbody import InvalidJson, loads_strict
 from ..verbs.auth import Authenticator
 from ..verbs.policy import Principal, RiskClass
 
@@ -57,8 +57,8 @@ async def _agent_role(pool: asyncpg.Pool, company_id, profile_url: str) -> str:
 async def _requested_verb_is_read(request: Any, registry) -> bool:
     raw = request[REQ_RAW_BODY] if REQ_RAW_BODY in request else await request.read()
     try:
-        name = json.loads(raw).get("verb")
-    except (ValueError, UnicodeDecodeError, AttributeError):
+        name = loads_strict(raw).get("verb")
+    except (InvalidJson, AttributeError):
         return False
     verb = registry.get(name) if isinstance(name, str) else None
     return verb is not None and verb.policy.risk_class is RiskClass.READ

@@ -18,12 +18,12 @@ permission, idempotency conflict, rate limit, unavailable (401/403/409/429/503, 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import GatewayError
+from ..jsonbody import InvalidJson, loads_strict
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -206,9 +206,9 @@ async def handle_payload(
     (only notifications). Never raises.
     """
     try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        err = RpcError(PARSE_ERROR, "parse error: the body is not JSON", http_status=400)
+        payload = loads_strict(body)
+    except InvalidJson as exc:
+        err = RpcError(PARSE_ERROR, f"parse error: {exc}", http_status=400)
         return Outcome(error_response(None, err), 400)
     if isinstance(payload, list):
         if not allow_batch:

@@ -34,6 +34,7 @@ from aiohttp import web
 from .. import __version__
 from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..errors import BadRequest, GatewayError, NotFound
+from ..jsonbody import InvalidJson, loads_strict
 from ..verbs.decide import Call
 from ..verbs.manifest import listed, published
 from ..verbs.policy import Principal, is_blocked_name
@@ -254,8 +255,8 @@ async def mcp_get(request: web.Request) -> web.Response:
 
 def _request_id(raw: bytes) -> str | int | None:
     try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        obj = loads_strict(raw)
+    except InvalidJson:
         return None
     rid = obj.get("id") if isinstance(obj, dict) else None
     return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None

@@ -21,7 +21,6 @@ Routes (on a company's host):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
@@ -30,6 +29,7 @@ from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
 from ..errors import BadRequest, NotFound
+from ..jsonbody import InvalidJson, loads_strict
 from ..verbs.decide import Call
 from ..verbs.manifest import listed
 from ..verbs.policy import Principal, RiskClass
@@ -134,9 +134,9 @@ async def manifest(request: web.Request) -> web.Response:
 
 def _parse_execute(raw: bytes) -> Mapping[str, Any]:
     try:
-        body = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("body is not JSON") from None
+        body = loads_strict(raw or b"null")
+    except InvalidJson as exc:
+        raise BadRequest(str(exc)) from None
     if not isinstance(body, dict) or not isinstance(body.get("input", {}), dict):
         raise BadRequest("body must be {input: object, surface: page}")
     if not isinstance(body.get("confirm", False), bool):

@@ -176,9 +176,13 @@ class Dispatcher:
                 "role_denied",
             )
             return await self._failed(principal, company, call, verb, decision, exc, now, t0, denial)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        except asyncpg.DataError:  # the arguments hold a value the database cannot store: not retryable
+            log.warning("verb %s: arguments rejected by the database", verb.name)
+            err = VerbError("invalid_arguments", "an argument holds a value that cannot be stored (range or encoding)")
+            return await self._failed(principal, company, call, verb, decision, err, now, t0, False)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
             log.exception("verb %s failed in the database", verb.name)
-            err = VerbError("execution_failed", f"{REASONS['execution_failed']} ({exc.__class__.__name__})")
+            err = VerbError("execution_failed")  # details stay in the log
             return await self._failed(principal, company, call, verb, decision, err, now, t0, False)
         except Exception:  # the runtime's boundary: log, audit as failed, answer execution_failed
             log.exception("verb %s raised", verb.name)

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
+from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import UnsupportedMediaType, require_json_body
 from ..tenancy import SUBAGENTS, resolve_host
 from .auth import Authenticator, default_authenticator
@@ -90,15 +90,11 @@ async def verb_detail(request: web.Request) -> web.Response:
     return web.json_response(dict(found[0].record), headers=headers)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _parse(raw: bytes, header_key: str | None) -> Call | str:
     try:
-        body = json.loads(raw or b"null", parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError):
-        return "body is not JSON"
+        body = loads_strict(raw or b"null")
+    except InvalidJson as exc:
+        return str(exc)
     if not isinstance(body, dict) or not isinstance(body.get("verb"), str) or not body["verb"]:
         return "body must be an object with a string 'verb'"
     args = body.get("args", {})

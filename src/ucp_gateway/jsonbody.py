@@ -1,0 +1,73 @@
+"""Strict JSON for request bodies: what the gateway accepts is what PostgreSQL can store.
+
+``json.loads`` accepts three things that later fail deep inside a handler: NaN/Infinity (not JSON,
+RFC 8259 §6), strings with U+0000 or an unpaired surrogate (valid JSON escapes that text/jsonb and
+UTF-8 cannot hold), and nesting deep enough to raise RecursionError. :func:`loads_strict` refuses
+all of them up front, so a bad body is a 400 at the transport and never a 500/503 from the database.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["MAX_DEPTH", "InvalidJson", "loads_strict"]
+
+#: Deepest nesting accepted (objects + arrays). UCP documents nest well under 20 levels.
+MAX_DEPTH = 64
+
+
+class InvalidJson(ValueError):
+    """The body is not acceptable JSON; the message says why (safe to show to the caller)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidJson(f"{name} is not JSON")
+
+
+def _bad_string(s: str) -> bool:
+    if "\x00" in s:
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:  # an unpaired surrogate (\\ud800 ...)
+        return True
+    return False
+
+
+def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Decode a request body (RFC 8259) and check every string and key.
+
+    Args:
+        raw: the body bytes (UTF-8) or text.
+        max_depth: deepest accepted nesting of objects and arrays.
+    Returns: the decoded value (dict, list, str, int, float, bool or None).
+    Raises: InvalidJson (a ValueError) for malformed JSON, NaN/Infinity, nesting deeper than
+        ``max_depth``, or a string containing U+0000 or an unpaired surrogate.
+    """
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant)
+    except InvalidJson:
+        raise
+    except RecursionError:
+        raise InvalidJson("JSON nesting is too deep") from None
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidJson("body is not valid JSON") from None
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            if _bad_string(node):
+                raise InvalidJson("strings must not contain U+0000 or unpaired surrogates")
+        elif isinstance(node, dict):
+            if depth > max_depth:
+                raise InvalidJson("JSON nesting is too deep")
+            for k, v in node.items():
+                if _bad_string(k):
+                    raise InvalidJson("strings must not contain U+0000 or unpaired surrogates")
+                stack.append((v, depth + 1))
+        elif isinstance(node, list):
+            if depth > max_depth:
+                raise InvalidJson("JSON nesting is too deep")
+            stack.extend((v, depth + 1) for v in node)
+    return value
