@@ -210,5 +210,5 @@ async def test_unstorable_args_are_400(client, database, shop):
     """Regression: an unpaired surrogate in args made the audit insert fail with a 500."""
     h = await token(database, shop, "owner")
     raw = b'{"verb": "capability.manifest", "args": {"prefix": "\\ud800"}}'
-    r = await client.post("/api/v1/agent/dispatch", data=raw, headers=h)
+    r = await client.post("/api/v1/agent/dispatch", data=raw, headers={**h, "Content-Type": JSON})
     assert r.status == 400, await r.text()
