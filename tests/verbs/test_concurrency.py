@@ -85,3 +85,29 @@ async def test_read_group_transaction_isolates_a_failing_call(shop, database, db
     assert len({e["audit_id"] for e in envs}) == 30
     async with tenant_tx(database.pool, shop.id) as c:
         assert (await verify_chain(c, shop.id)).rows == 30
+
+
+async def test_unstorable_argument_value_is_invalid_arguments(shop, database, db_settings, clock):
+    """A value the database cannot hold (out of range) is the caller's fault: invalid_arguments, not 503."""
+    from ucp_gateway.verbs import RiskClass, VerbPolicy
+
+    reg = build_registry()
+
+    async def narrow(ctx):
+        await ctx.conn.fetchval("SELECT $1::bigint::smallint", ctx.args["n"])
+        return {"entity_id": "n", "data": {}}
+
+    reg.register(
+        {
+            "name": "x.narrow",
+            "description": "x",
+            "shape": "aggregate",
+            "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        },
+        VerbPolicy(RiskClass.READ),
+        narrow,
+    )
+    d = Dispatcher(reg, database.pool, db_settings, clock)
+    ok, bad = [await run(d, staff(shop, "read_only"), "x.narrow", {"n": n}) for n in (7, 10**6)]
+    assert ok["ok"] and not bad["ok"]
+    assert bad["error"]["reason"] == "invalid_arguments", bad

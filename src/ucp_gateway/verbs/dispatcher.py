@@ -40,6 +40,14 @@ from .secret import load_nonce_secrets
 __all__ = ["Dispatcher"]
 
 log = logging.getLogger(__name__)
+# Data errors that come from a stored argument value (encoding, range, length), not from a
+# handler bug: answered invalid_arguments. Others (division by zero...) stay execution_failed.
+_UNSTORABLE = (
+    asyncpg.CharacterNotInRepertoireError,
+    asyncpg.UntranslatableCharacterError,
+    asyncpg.NumericValueOutOfRangeError,
+    asyncpg.StringDataRightTruncationError,
+)
 
 
 def _safe_digest(args: Any) -> str | None:
@@ -176,7 +184,7 @@ class Dispatcher:
                 "role_denied",
             )
             return await self._failed(principal, company, call, verb, decision, exc, now, t0, denial)
-        except asyncpg.DataError:  # the arguments hold a value the database cannot store: not retryable
+        except _UNSTORABLE:  # the arguments hold a value the database cannot store: not retryable
             log.warning("verb %s: arguments rejected by the database", verb.name)
             err = VerbError("invalid_arguments", "an argument holds a value that cannot be stored (range or encoding)")
             return await self._failed(principal, company, call, verb, decision, err, now, t0, False)
