@@ -20,7 +20,6 @@ __all__ = [
     "get_order_rows",
     "insert_checkout",
     "insert_event",
-    "insert_order",
     "insert_outbox",
     "insert_payment",
     "load_catalog",
@@ -162,22 +161,6 @@ async def insert_payment(conn: asyncpg.Connection, company_id: uuid.UUID, p: dic
     )
 
 
-async def insert_order(conn: asyncpg.Connection, company_id: uuid.UUID, o: dict[str, Any]) -> None:
-    await conn.execute(
-        "INSERT INTO orders (company_id, id, checkout_id, caller, currency,"
-        " total, snapshot, created_at, updated_at)"
-        " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$8)",
-        company_id,
-        o["id"],
-        o["checkout_id"],
-        o["caller"],
-        o["currency"],
-        o["total"],
-        o["snapshot"],
-        o["created_at"],
-    )
-
-
 async def insert_event(conn: asyncpg.Connection, company_id: uuid.UUID, order_id: str, ev: dict[str, Any]) -> None:
     detail = {k: v for k, v in ev.items() if k not in ("id", "type", "occurred_at")}
     await conn.execute(
@@ -210,8 +193,9 @@ async def complete_order(
     the order, the captured payment and the ``order created`` outbox event with its queue entry.
 
     ``checkout``: ``status``, ``state``, ``body``, ``now`` (also the order's and the payment's
-    timestamp). ``order``: the columns of :func:`insert_order`. ``payment``: ``id``, ``handler_id``,
-    ``instrument_id``, ``token_ref``, ``status`` (amount and currency are the order's).
+    timestamp). ``order``: ``id``, ``checkout_id``, ``caller``, ``currency``, ``total`` (minor
+    units), ``snapshot``. ``payment``: ``id``, ``handler_id``, ``instrument_id``, ``token_ref``,
+    ``status`` (amount and currency are the order's).
     ``outbox``: ``event_type``, ``caller``, ``payload``, ``target_url``, ``now``.
     ``reserve``: one ``(product_id, quantity)`` to take from stock in the same statement (never
     below zero, as :func:`reserve_inventory`); when the stock is short nothing at all is written.

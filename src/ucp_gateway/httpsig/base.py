@@ -63,6 +63,24 @@ def _params_suffix(params: dict[str, Any]) -> str | None:
     return "".join(out)
 
 
+def _url_components(url: str, method: str) -> dict[str, str | None] | None:
+    """Values of the URL-derived components (RFC 9421 §2.2.2-2.2.7) of ``url``, or None when
+    :func:`url_parts` refuses it. ``@target-uri`` is None for OPTIONS (the library refuses it)."""
+    parts = url_parts(url)
+    if parts is None:
+        return None
+    scheme_raw, host, port, path, query = parts
+    scheme = scheme_raw.lower()
+    authority = host.lower()
+    if port and port.lstrip("0") != _DEFAULT_PORTS.get(scheme):
+        authority += ":" + port
+    path = path or "/"
+    hostport = host if port is None else f"{host}:{port}"
+    target = None if method == "OPTIONS" else f"{scheme_raw}://{hostport}{path}{'' if query is None else '?' + query}"
+    return {"@authority": authority, "@path": path, "@query": "?" + (query or ""), "@scheme": scheme,
+            "@target-uri": target}  # fmt: skip
+
+
 def fast_signature_base(message: Any, components: list[tuple[str, dict]], params: dict[str, Any]) -> bytes | None:
     """The signature base for a request ``message`` (``method``, ``url``, ``headers``), or None
     when the fast path does not apply. ``components``/``params`` are as parsed by ``http_sf``."""
@@ -85,16 +103,11 @@ def fast_base_for_ids(message: Any, component_ids: tuple[str, ...], params: dict
     if hasattr(message, "status_code"):
         return None
     steps, inner, uses_url = plan
+    derived: dict[str, str | None] = {}
     if uses_url:
-        parts = url_parts(message.url)
-        if parts is None:
+        derived = _url_components(message.url, method)
+        if derived is None:
             return None
-        scheme_raw, host, port, path, query = parts
-        scheme = scheme_raw.lower()
-        authority = host.lower()
-        if port and port.lstrip("0") != _DEFAULT_PORTS.get(scheme):
-            authority += ":" + port
-        path = path or "/"
     headers = message.headers
     out: list[str] = []
     append, getall = out.append, headers.getall
@@ -115,19 +128,10 @@ def fast_base_for_ids(message: Any, component_ids: tuple[str, ...], params: dict
             value = method
             if not value.isprintable() or value != value.strip(" "):
                 return None
-        elif kind == "@authority":
-            value = authority
-        elif kind == "@path":
-            value = path
-        elif kind == "@query":
-            value = "?" + (query or "")
-        elif kind == "@scheme":
-            value = scheme
-        else:  # @target-uri
-            if method == "OPTIONS":
+        else:  # @authority @path @query @scheme @target-uri
+            value = derived[kind]
+            if value is None:
                 return None
-            hostport = host if port is None else f"{host}:{port}"
-            value = f"{scheme_raw}://{hostport}{path}{'' if query is None else '?' + query}"
         # URL-derived values need no printable/space check: url_parts' grammar admits neither
         append(f"{prefix}{value}\n")
     append(f'"@signature-params": {inner}{suffix}')
@@ -243,20 +247,15 @@ def fast_response_base(
         return None
     steps, inner, uses_url = plan
     request = getattr(response, "request", None)
+    derived: dict[str, str | None] = {}
     if request is not None:
         method = getattr(request, "method", None)
         if not isinstance(method, str) or method != method.upper():
             return None  # the library refuses such a request even when no ;req component is covered
         if uses_url:
-            parts = url_parts(request.url)
-            if parts is None:
+            derived = _url_components(request.url, method)
+            if derived is None:
                 return None
-            scheme_raw, host, port, path, query = parts
-            scheme = scheme_raw.lower()
-            authority = host.lower()
-            if port and port.lstrip("0") != _DEFAULT_PORTS.get(scheme):
-                authority += ":" + port
-            path = path or "/"
     out: list[str] = []
     for from_request, kind, name, prefix in steps:
         if from_request and request is None:
@@ -271,19 +270,10 @@ def fast_response_base(
             value = method
             if not value.isprintable() or value != value.strip(" "):
                 return None
-        elif kind == "@authority":
-            value = authority
-        elif kind == "@path":
-            value = path
-        elif kind == "@query":
-            value = "?" + (query or "")
-        elif kind == "@scheme":
-            value = scheme
-        else:  # @target-uri
-            if method == "OPTIONS":
+        else:  # @authority @path @query @scheme @target-uri
+            value = derived[kind]
+            if value is None:
                 return None
-            hostport = host if port is None else f"{host}:{port}"
-            value = f"{scheme_raw}://{hostport}{path}{'' if query is None else '?' + query}"
         out.append(f"{prefix}{value}\n")
     sig_params = inner + suffix
     out.append('"@signature-params": ' + sig_params)

@@ -25,7 +25,17 @@ import asyncpg
 
 from .consent import canonical_json
 
-__all__ = ["GENESIS", "ChainReport", "append", "append_many", "redact", "safe_name", "trail", "verify_chain"]
+__all__ = [
+    "GENESIS",
+    "ChainReport",
+    "append",
+    "append_args",
+    "append_many",
+    "redact",
+    "safe_name",
+    "trail",
+    "verify_chain",
+]
 
 GENESIS = b"\x00" * 32
 _SECRET_KEY = re.compile(r"token|secret|password|credential|card|pan|cvv|cvc|authorization", re.I)
@@ -56,9 +66,17 @@ async def append(conn: asyncpg.Connection, company_id: UUID, entry: dict[str, An
     ``entry`` must hold ``at`` (RFC 3339), ``verb``, ``decision``, ``status`` and ``principal``.
     Returns ``(audit_id, seq)``.
     """
-    canonical = canonical_json(entry)
     row = await conn.fetchrow(
         "SELECT audit_id, seq FROM verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::jsonb, $8)",
+        *append_args(company_id, entry),
+    )
+    return int(row["audit_id"]), int(row["seq"])
+
+
+def append_args(company_id: UUID, entry: dict[str, Any]) -> tuple[Any, ...]:
+    """The eight arguments of ``verb_audit_append($1..$8)`` for ``entry`` (company, time, verb,
+    decision, status, principal subject, entry as jsonb, canonical JSON that the chain hashes)."""
+    return (
         company_id,
         datetime.fromisoformat(entry["at"].replace("Z", "+00:00")),
         entry["verb"],
@@ -66,9 +84,8 @@ async def append(conn: asyncpg.Connection, company_id: UUID, entry: dict[str, An
         entry["status"],
         entry["principal"]["subject"],
         entry,
-        canonical,
+        canonical_json(entry),
     )
-    return int(row["audit_id"]), int(row["seq"])
 
 
 async def append_many(conn: asyncpg.Connection, company_id: UUID, entries: list[dict[str, Any]]) -> list[int]:

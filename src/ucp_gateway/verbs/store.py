@@ -16,7 +16,7 @@ from uuid import UUID
 
 import asyncpg
 
-from .consent import canonical_json
+from .audit import append_args
 
 __all__ = [
     "append_and_finish_key",
@@ -119,14 +119,7 @@ async def append_and_finish_key(
         "   ELSE jsonb_set($12::jsonb, '{audit_id}', to_jsonb(a.audit_id)) END"
         "  FROM a WHERE i.principal = $9 AND i.verb = $10 AND i.key = $11 RETURNING 1)"
         " SELECT audit_id, seq, (SELECT count(*) FROM f) AS finished FROM a",
-        company_id,
-        datetime.fromisoformat(entry["at"].replace("Z", "+00:00")),
-        entry["verb"],
-        entry["decision"],
-        entry["status"],
-        entry["principal"]["subject"],
-        entry,
-        canonical_json(entry),
+        *append_args(company_id, entry),
         principal,
         verb,
         key,
