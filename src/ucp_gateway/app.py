@@ -20,7 +20,15 @@ from .config import Settings
 from .db import Database
 from .db.database import connect_database
 from .discovery.web import setup as discovery_setup
-from .middleware import ACCESS_LOG, ACCESS_LOG_ON, HOST_CACHE, foundation_middleware, json_error
+from .middleware import (
+    ACCESS_LOG,
+    ACCESS_LOG_ON,
+    HOST_CACHE,
+    PATH_WRAPPERS,
+    PUBLIC_FAST_PATHS,
+    foundation_middleware,
+    json_error,
+)
 from .tenancy import HostCache
 from .transports.web import setup as transports_setup
 from .verbs.web import setup as verbs_setup
@@ -96,6 +104,8 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
     app[HOST_CACHE] = HostCache(ttl=settings.host_cache_ttl)
+    app[PATH_WRAPPERS] = {}  # path -> wrapper around the foundation layer (transports: /ucp/mcp)
+    app[PUBLIC_FAST_PATHS] = {}  # path -> cached public answer before subsystem middlewares (discovery)
     access_log = structlog.get_logger("ucp_gateway.http").bind()
     app[ACCESS_LOG] = access_log
     # filtering loggers know their level: when info is filtered out, skip the access-log work entirely

@@ -4,6 +4,18 @@ Errors are mapped to the wire in exactly one place (:func:`foundation_middleware
 :class:`~ucp_gateway.errors.GatewayError` becomes ``{"code", "content"}`` with its status; an
 aiohttp HTTP error keeps its status with a JSON body; anything else is logged with the request id and
 answered with a generic 500 that carries no stack trace.
+
+Two per-path hooks let subsystems act on their own paths without an aiohttp middleware layer that
+every request of every path would pay for (``create_app`` makes both dicts; a subsystem adds entries
+in its ``setup``):
+
+- ``app[PATH_WRAPPERS][path]``: ``async (request, call) -> response``, run OUTSIDE this layer (around
+  request id, error mapping and every subsystem middleware) for requests to exactly ``path``;
+  ``call(request)`` runs the rest. The MCP binding rewrites REST-shaped errors into JSON-RPC here.
+- ``app[PUBLIC_FAST_PATHS][path]``: ``(request) -> response | None``, sync, called after tenancy and
+  before the subsystem middlewares. It answers a public document from a cache, or returns None and
+  the request takes the full path. It must answer byte-for-byte what the full path would, so it may
+  answer only requests that no subsystem middleware would act on (discovery's ``/.well-known/ucp``).
 """
 
 from __future__ import annotations
@@ -12,17 +24,33 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 
-import structlog
 from aiohttp import web
 
 from .appkeys import DATABASE, REQ_COMPANY, REQ_REQUEST_ID
 from .errors import BadRequest, GatewayError
+from .logs import REQUEST_ID_VAR
 from .tenancy import HostCache
 
-__all__ = ["ACCESS_LOG", "ACCESS_LOG_ON", "HOST_CACHE", "foundation_middleware", "json_error"]
+__all__ = [
+    "ACCESS_LOG",
+    "ACCESS_LOG_ON",
+    "HOST_CACHE",
+    "PATH_WRAPPERS",
+    "PUBLIC_FAST_PATHS",
+    "FastPath",
+    "PathWrapper",
+    "foundation_middleware",
+    "json_error",
+]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PathWrapper = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+FastPath = Callable[[web.Request], "web.StreamResponse | None"]
+PATH_WRAPPERS = web.AppKey("path_wrappers", dict[str, PathWrapper])
+PUBLIC_FAST_PATHS = web.AppKey("public_fast_paths", dict[str, FastPath])
+_WRAPPED = web.RequestKey("ucpgw.path_wrapped", bool)  # the path wrapper already runs around this layer
 # A concrete logger built once per app (after logging is configured): resolving structlog's lazy
 # proxy on every request costs more than the rest of the middleware chain.
 ACCESS_LOG = web.AppKey("access_log", object)
@@ -85,20 +113,28 @@ async def foundation_middleware(request: web.Request, handler: Handler) -> web.S
     3. ``Host`` -> company (``request[REQ_COMPANY]``; None = platform node) through the host cache.
        Health probes skip the lookup so ``/healthz`` works while the database is down.
 
+    Before 1, a wrapper in ``app[PATH_WRAPPERS]`` for this path runs around all of it; between 3 and
+    the handler, a ``app[PUBLIC_FAST_PATHS]`` entry may answer a cached public document (module doc).
+
     One layer instead of three: each aiohttp middleware costs a partial call and a coroutine per
     request, which showed in the discovery benchmark (issue 4).
     """
+    app = request.app
+    path = request.path
+    if path in app[PATH_WRAPPERS] and _WRAPPED not in request:
+        request[_WRAPPED] = True
+        return await app[PATH_WRAPPERS][path](request, partial(foundation_middleware, handler=handler))
     incoming = request.headers.get("Request-Id")
     rid = incoming if incoming and _SAFE_ID.match(incoming) else _new_request_id()
     request[REQ_REQUEST_ID] = rid
-    tokens = structlog.contextvars.bind_contextvars(request_id=rid)
-    app = request.app
+    # one ContextVar read by the logging processor (logs.add_request_id): cheaper than structlog's
+    # bind_contextvars/reset_contextvars pair on every request, and the same request_id on every line
+    token = REQUEST_ID_VAR.set(rid)
     log_on = app[ACCESS_LOG_ON]
     start = time.perf_counter() if log_on else 0.0
     status = 500
     try:
         try:
-            path = request.path
             if "\x00" in path or "\x00" in request.query_string:
                 # %00 decodes to U+0000, which no PostgreSQL text column can hold: refuse it here
                 raise BadRequest("the request target must not contain %00")
@@ -106,7 +142,10 @@ async def foundation_middleware(request: web.Request, handler: Handler) -> web.S
                 request[REQ_COMPANY] = None
             else:
                 request[REQ_COMPANY] = await app[HOST_CACHE].resolve(app[DATABASE].pool, request.host)
-            response = await handler(request)
+            fast = app[PUBLIC_FAST_PATHS].get(path)
+            response = fast(request) if fast is not None else None
+            if response is None:
+                response = await handler(request)
         except Exception as exc:  # mapped (or re-raised) by the one error mapper
             response = _map_error(request, exc)
         status = response.status
@@ -121,8 +160,8 @@ async def foundation_middleware(request: web.Request, handler: Handler) -> web.S
             app[ACCESS_LOG].info(  # type: ignore[attr-defined]
                 "request",
                 method=request.method,
-                path=request.path,
+                path=path,
                 status=status,
                 duration_ms=round((time.perf_counter() - start) * 1000, 2),
             )
-        structlog.contextvars.reset_contextvars(**tokens)
+        REQUEST_ID_VAR.reset(token)
