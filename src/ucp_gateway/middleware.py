@@ -36,10 +36,12 @@ from .tenancy import HostCache
 __all__ = [
     "ACCESS_LOG",
     "ACCESS_LOG_ON",
+    "FOUNDATION",
     "HOST_CACHE",
     "PATH_WRAPPERS",
     "PUBLIC_FAST_PATHS",
     "FastPath",
+    "Foundation",
     "PathWrapper",
     "foundation_middleware",
     "json_error",
@@ -77,9 +79,61 @@ def json_error(status: int, code: str, content: str, headers: dict[str, str] | N
     return web.json_response({"code": code, "content": content}, status=status, headers=headers)
 
 
-def _new_request_id() -> str:
-    """32 random hex digits (as ``uuid4().hex`` long; one ``getrandom`` call, no UUID object)."""
-    return os.urandom(16).hex()
+class _RandomIds:
+    """32 random hex digits per id (as ``uuid4().hex`` long), cut from a 4 KiB ``os.urandom`` buffer:
+    one ``getrandom`` call per 256 ids. A forked child starts with a fresh buffer (no shared ids)."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.pos = 0
+
+    def reset(self) -> None:
+        self.buf = b""
+        self.pos = 0
+
+    def next(self) -> str:
+        pos = self.pos
+        if pos >= len(self.buf):
+            self.buf = os.urandom(4096)
+            pos = 0
+        self.pos = pos + 16
+        return self.buf[pos : pos + 16].hex()
+
+
+_IDS = _RandomIds()
+os.register_at_fork(after_in_child=_IDS.reset)
+_new_request_id = _IDS.next
+
+
+class Foundation:
+    """The foundation layer's per-app state, read with ONE app lookup per request.
+
+    ``create_app`` builds it and also publishes each part under its own key (``HOST_CACHE``,
+    ``ACCESS_LOG``, ``ACCESS_LOG_ON``, ``PATH_WRAPPERS``, ``PUBLIC_FAST_PATHS``): the same objects,
+    so a subsystem that adds a path wrapper or fast path through those keys is seen here.
+    """
+
+    __slots__ = ("access_log", "fast_paths", "host_cache", "log_on", "wrappers")
+
+    def __init__(
+        self,
+        host_cache: HostCache,
+        access_log: object,
+        log_on: bool,
+        wrappers: dict[str, PathWrapper],
+        fast_paths: dict[str, FastPath],
+    ):
+        self.host_cache = host_cache
+        self.access_log = access_log
+        self.log_on = log_on
+        self.wrappers = wrappers
+        self.fast_paths = fast_paths
+
+
+FOUNDATION = web.AppKey("foundation", Foundation)
+_MISS = HostCache.MISS
 
 
 def _map_error(request: web.Request, exc: Exception) -> web.Response:
@@ -120,17 +174,18 @@ async def foundation_middleware(request: web.Request, handler: Handler) -> web.S
     request, which showed in the discovery benchmark (issue 4).
     """
     app = request.app
+    state = app[FOUNDATION]
     path = request.path
-    if path in app[PATH_WRAPPERS] and _WRAPPED not in request:
+    if path in state.wrappers and _WRAPPED not in request:
         request[_WRAPPED] = True
-        return await app[PATH_WRAPPERS][path](request, partial(foundation_middleware, handler=handler))
+        return await state.wrappers[path](request, partial(foundation_middleware, handler=handler))
     incoming = request.headers.get("Request-Id")
     rid = incoming if incoming and _SAFE_ID.match(incoming) else _new_request_id()
     request[REQ_REQUEST_ID] = rid
     # one ContextVar read by the logging processor (logs.add_request_id): cheaper than structlog's
     # bind_contextvars/reset_contextvars pair on every request, and the same request_id on every line
     token = REQUEST_ID_VAR.set(rid)
-    log_on = app[ACCESS_LOG_ON]
+    log_on = state.log_on
     start = time.perf_counter() if log_on else 0.0
     status = 500
     try:
@@ -141,8 +196,12 @@ async def foundation_middleware(request: web.Request, handler: Handler) -> web.S
             if path == "/healthz" or path == "/readyz":
                 request[REQ_COMPANY] = None
             else:
-                request[REQ_COMPANY] = await app[HOST_CACHE].resolve(app[DATABASE].pool, request.host)
-            fast = app[PUBLIC_FAST_PATHS].get(path)
+                host = request.host
+                company = state.host_cache.cached(host)  # a hit costs no coroutine
+                if company is _MISS:
+                    company = await state.host_cache.resolve(app[DATABASE].pool, host)
+                request[REQ_COMPANY] = company  # type: ignore[assignment]
+            fast = state.fast_paths.get(path)
             response = fast(request) if fast is not None else None
             if response is None:
                 response = await handler(request)
@@ -157,7 +216,7 @@ async def foundation_middleware(request: web.Request, handler: Handler) -> web.S
         raise
     finally:
         if log_on:
-            app[ACCESS_LOG].info(  # type: ignore[attr-defined]
+            state.access_log.info(  # type: ignore[attr-defined]
                 "request",
                 method=request.method,
                 path=path,

@@ -275,10 +275,12 @@ async def well_known_ucp(request: web.Request) -> web.Response:
 _SIGNATURE_HEADERS = ("Signature", "Signature-Input", "Accept-Signature")
 
 
-def public_fast_path(request: web.Request) -> web.Response | None:
-    """``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]``: the fresh cached profile, answered from the
-    foundation layer (after request id and tenancy, before trust and signature middlewares), or None
-    for the full path. Fail closed: it answers only when the full path would give the same bytes:
+def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.Request], web.Response | None]:
+    """The ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]`` entry: ``(request) -> response | None``.
+
+    It answers the fresh cached profile from the foundation layer (after request id and tenancy,
+    before the trust and signature middlewares), or returns None for the full path. Fail closed: it
+    answers only when the full path would give the same bytes:
 
     - the router matched :func:`well_known_ucp` (GET or HEAD of this path; 404/405 take the full path);
     - no request body (the signature middleware reads one: 413 too large, 408 too slow);
@@ -291,21 +293,23 @@ def public_fast_path(request: web.Request) -> web.Response | None:
     The answer is built by the same code as :func:`well_known_ucp`'s, so status, headers and body
     are identical; the foundation layer adds ``Request-Id`` to both alike.
     """
-    if request.match_info.handler is not well_known_ucp or request.body_exists:
-        return None
-    headers = request.headers
-    for name in _SIGNATURE_HEADERS:
-        if name in headers:
+
+    def fast_path(request: web.Request) -> web.Response | None:
+        if request.match_info.handler is not well_known_ucp or request.body_exists:
             return None
-    app = request.app
-    settings = app[SETTINGS]
-    path = request.path
-    if not trust_exempt(path) or not path.startswith(tuple(settings.httpsig_exempt_prefixes)):
-        return None
-    hit = app[_RENDERED].fresh(request.host)
-    if hit is None:
-        return None
-    return hit.response(request, settings.profile_max_age)
+        headers = request.headers
+        for name in _SIGNATURE_HEADERS:
+            if name in headers:
+                return None
+        path = request.path
+        if not trust_exempt(path) or not path.startswith(tuple(settings.httpsig_exempt_prefixes)):
+            return None
+        hit = rendered.fresh(request.host)
+        if hit is None:
+            return None
+        return hit.response(request, settings.profile_max_age)
+
+    return fast_path
 
 
 async def agent_graph(request: web.Request) -> web.Response:
@@ -354,7 +358,7 @@ def setup(app: web.Application) -> None:
     fetcher = ProfileFetcher(settings, clock=app[CLOCK] if CLOCK in app else None)
     app[PROFILE_FETCHER] = fetcher
     app[KEY_RESOLVER] = fetcher  # the signature middleware resolves caller keys through the fetcher
-    app[_RENDERED] = _Rendered(settings.profile_render_ttl)
+    rendered = app[_RENDERED] = _Rendered(settings.profile_render_ttl)
     if KEYS_PROVIDER not in app:
         app[KEYS_PROVIDER] = published_jwks  # pending + active + rotating (ucp_gateway.keys)
     if SUBAGENT_PROVIDER not in app:
@@ -368,7 +372,7 @@ def setup(app: web.Application) -> None:
     base = urlsplit(vendor.base_url).path.rstrip("/")
     app.router.add_get("/.well-known/ucp", well_known_ucp)
     if PUBLIC_FAST_PATHS in app:  # behind create_app's foundation middleware
-        app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = public_fast_path
+        app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = public_fast_path(rendered, settings)
     app.router.add_get("/ucp/agent-graph", agent_graph)
     app.router.add_get(base + "/specification/{name}", _document_handler("spec"))
     app.router.add_get(base + "/schemas/{name}.json", _document_handler("schema"))
