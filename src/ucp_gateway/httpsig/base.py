@@ -92,25 +92,37 @@ def fast_signature_base(message: Any, components: list[tuple[str, dict]], params
     return fast_base_for_ids(message, tuple(ids), params)
 
 
-def fast_base_for_ids(message: Any, component_ids: tuple[str, ...], params: dict[str, Any]) -> bytes | None:
+def fast_base_for_ids(
+    message: Any, component_ids: tuple[str, ...], params: dict[str, Any], params_text: str | None = None
+) -> bytes | None:
     """:func:`fast_signature_base` with the components as serialized identifiers
-    (:attr:`.rfc9421.ParsedSignature.components`, e.g. ``('"@method"', '"content-digest"')``)."""
+    (:attr:`.rfc9421.ParsedSignature.components`, e.g. ``('"@method"', '"content-digest"')``).
+
+    ``params_text``: the received ``@signature-params`` value (Inner List and parameters), given
+    only when it is byte-identical to the strict serialization of ``component_ids`` + ``params``
+    (:attr:`.rfc9421.ParsedSignature.params_text` guarantees that); it then ends the base as is
+    (RFC 9421 §2.3: the value is the serialization of the received member).
+    """
     plan = _plan(component_ids)
-    suffix = _params_suffix(params)
     method = getattr(message, "method", None)
-    if plan is None or suffix is None or not isinstance(method, str) or method != method.upper():
-        return None
-    if hasattr(message, "status_code"):
+    if plan is None or not isinstance(method, str) or method != method.upper():
         return None
     steps, inner, uses_url = plan
+    if params_text is None:
+        suffix = _params_suffix(params)
+        if suffix is None:
+            return None
+        params_text = inner + suffix
+    if hasattr(message, "status_code"):
+        return None
     derived: dict[str, str | None] = {}
     if uses_url:
         derived = _url_components(message.url, method)
         if derived is None:
             return None
-    headers = message.headers
+    getall = message.headers.getall
     out: list[str] = []
-    append, getall = out.append, headers.getall
+    append = out.append
     for kind, name, prefix in steps:
         if kind is None:  # a field
             field_lines = getall(name, None)
@@ -121,24 +133,27 @@ def fast_base_for_ids(message: Any, component_ids: tuple[str, ...], params: dict
                 value = value.strip(" \t")  # what normalize_header_value does without folds
             else:
                 value = ", ".join(normalize_header_value(v) for v in field_lines)
-            # ASCII, printable or tab (no CR, LF or other controls)
-            if not value.isascii() or not (value.isprintable() or value.replace("\t", " ").isprintable()):
-                return None
         elif kind == "@method":
             value = method
-            if not value.isprintable() or value != value.strip(" "):
+            if "\t" in value or value != value.strip(" "):  # printable is checked below
                 return None
         else:  # @authority @path @query @scheme @target-uri
             value = derived[kind]
             if value is None:
                 return None
-        # URL-derived values need no printable/space check: url_parts' grammar admits neither
         append(f"{prefix}{value}\n")
-    append(f'"@signature-params": {inner}{suffix}')
+    append('"@signature-params": ')
+    append(params_text)
     base = "".join(out)
-    return base.encode("ascii") if base.isascii() else None
+    # Every value ASCII printable or tab (no CR, LF or other controls), checked once over the whole
+    # base: identifiers and @signature-params hold neither tabs nor newlines, so a value holds a
+    # newline exactly when the base has more than one per covered component.
+    if _BAD_BASE_CHAR.search(base) is not None or base.count("\n") != len(steps):
+        return None
+    return base.encode("ascii")
 
 
+_BAD_BASE_CHAR = re.compile(r"[^\t\n\x20-\x7e]")
 _URL_KINDS = frozenset({"@authority", "@path", "@query", "@scheme", "@target-uri"})
 _DERIVED = _URL_KINDS | {"@method"}
 _PLAIN_ID = re.compile(r'"([a-z0-9@!#$%&\'*+.^_`|~-]+)"')

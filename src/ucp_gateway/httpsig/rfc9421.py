@@ -21,11 +21,12 @@ from typing import Any
 import http_sf
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from http_message_signatures import HTTPMessageSignaturesException, HTTPMessageVerifier, algorithms
 from http_sf.compat import Dictionary, InnerList
 from multidict import CIMultiDict
 
-from .base import fast_base_for_ids
+from .base import _INT_PARAMS, _STR_PARAMS, fast_base_for_ids
 from .errors import AlgorithmUnsupported, SignatureInvalid
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "ResponseView",
     "algorithm_for_jwk",
     "algorithm_instance",
+    "ecdsa_verify",
     "looks_der_encoded",
     "parse_signatures",
     "public_key_from_jwk",
@@ -94,6 +96,9 @@ class ParsedSignature:
     signature: bytes = b""
     members: list | None = field(default=None, compare=False, repr=False)  # http_sf items, if parsed so
     source: str = field(default="", compare=False, repr=False)  # the whole Signature-Input value
+    # the received Inner List + parameters when byte-identical to their strict serialization
+    # (the @signature-params value, RFC 9421 §2.3) with only registered parameters of the right type
+    params_text: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def raw_components(self) -> list[tuple[Any, dict]]:
@@ -244,17 +249,24 @@ def _single_signature(signature_input: str, signature: str) -> ParsedSignature |
             return None
         ids = tuple(inner.split(" "))
     params: dict[str, Any] = {}
+    canonical = True  # the received text is what serializing ``params`` gives
     if ptxt:
         items = _SI_PARAM_ITEM.findall(ptxt)
         for key, num, text in items:
-            params[key] = int(num) if num else text
+            if num:
+                params[key] = value = int(num)
+                canonical = canonical and key in _INT_PARAMS and num == str(value)  # no 007, no -0
+            else:
+                params[key] = text
+                canonical = canonical and key in _STR_PARAMS
         if len(params) != len(items):
             return None  # a repeated parameter: http_sf's rule applies
     try:  # strict: base64 alphabet and padding only (= base64.b64decode(validate=True))
         sig = binascii.a2b_base64(sg[len(label) + 2 : -1], strict_mode=True)
     except binascii.Error:
         return None
-    return ParsedSignature(label, ids, params, sig, None, signature_input)
+    text = f"({inner or ''}){ptxt}" if canonical else None
+    return ParsedSignature(label, ids, params, sig, None, signature_input, text)
 
 
 def _parse_signatures_sf(signature_input: str, signature: str) -> list[ParsedSignature]:
@@ -364,10 +376,30 @@ def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> None
         raise SignatureInvalid("unknown signature parameter " + ", ".join(sorted(unknown)))
     try:
         HTTPMessageVerifier._validate_signature_param_types(sig.params)
-        base = fast_base_for_ids(message, sig.components, sig.params) or signature_base(message, sig)
-        algorithm.verify(signature=sig.signature, message=base)
+        base = fast_base_for_ids(message, sig.components, sig.params, sig.params_text) or signature_base(message, sig)
+        if type(algorithm) in _ECDSA_CLASSES:
+            ecdsa_verify(algorithm, sig.signature, base)
+        else:
+            algorithm.verify(signature=sig.signature, message=base)
     except (HTTPMessageSignaturesException, InvalidSignature, ValueError, TypeError, AssertionError) as exc:
         raise SignatureInvalid("request signature verification failed") from exc
+
+
+_ECDSA_CLASSES = frozenset(cls for cls, _size in ALGORITHMS_BY_CURVE.values())
+
+
+def ecdsa_verify(algorithm: Any, signature: bytes, message: bytes) -> None:
+    """What ``algorithm.verify(signature=, message=)`` of the library's ECDSA classes does
+    (``r || s``, each ``_coordinate_size`` bytes, to DER, then cryptography's verify), called
+    directly: the library's method is the reference (tests/httpsig/test_verify_fast.py).
+
+    Raises HTTPMessageSignaturesException (wrong length) or InvalidSignature.
+    """
+    size = algorithm._coordinate_size
+    if len(signature) != 2 * size:
+        raise HTTPMessageSignaturesException("Unexpected signature length")
+    der = encode_dss_signature(int.from_bytes(signature[:size], "big"), int.from_bytes(signature[size:], "big"))
+    algorithm.public_key.verify(der, message, algorithm.signature_algorithm)
 
 
 # The library's base builder (RFC 9421 §2.5), used directly: its verify() would parse the signature
