@@ -171,7 +171,12 @@ def test_request_shape_matches_split(url, method, body):
     target = url.split("://", 1)[-1]
     q = target.find("?")
     v = RequestView(method, url, CIMultiDict([("UCP-Agent", "x")]), b"x" if body else b"")
-    assert _request_shape(v) == (method.upper() in ("POST", "PUT", "PATCH", "DELETE"), 0 <= q < len(target) - 1, True, body)
+    assert _request_shape(v) == (
+        method.upper() in ("POST", "PUT", "PATCH", "DELETE"),
+        0 <= q < len(target) - 1,
+        True,
+        body,
+    )
 
 
 # --- one signature: the same lookups and errors as select_signatures ----------------------------

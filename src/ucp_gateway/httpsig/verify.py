@@ -21,17 +21,11 @@ from .errors import (
     SignatureInvalid,
     SignatureMissing,
 )
+from .jwkalg import _algorithm, algorithm_for_jwk
 from .policy import MUTATING_METHODS, SignaturePolicy, check_freshness, required_components
 from .replay import ReplayStore
 from .resolver import KeyResolver
-from .rfc9421 import (
-    ParsedSignature,
-    RequestView,
-    _algorithm,
-    algorithm_for_jwk,
-    parse_signatures,
-    verify_signature,
-)
+from .rfc9421 import ParsedSignature, RequestView, parse_signatures, verify_signature
 from .rfc9530 import check_content_digest
 
 __all__ = [
