@@ -107,7 +107,7 @@ def fast_base_for_ids(
     method = getattr(message, "method", None)
     if plan is None or not isinstance(method, str) or method != method.upper():
         return None
-    steps, inner, uses_url = plan
+    steps, inner, uses_url, template = plan
     if params_text is None:
         suffix = _params_suffix(params)
         if suffix is None:
@@ -121,52 +121,50 @@ def fast_base_for_ids(
         if derived is None:
             return None
     getall = message.headers.getall
-    out: list[str] = []
-    append = out.append
-    for kind, name, prefix in steps:
+    values: list[str] = []
+    append = values.append
+    for kind, name in steps:
         if kind is None:  # a field
             field_lines = getall(name, None)
             if field_lines is None:
                 return None
             value = field_lines[0]
             if len(field_lines) == 1 and "\r\n" not in value:
-                value = value.strip(" \t")  # what normalize_header_value does without folds
+                append(value.strip(" \t"))  # what normalize_header_value does without folds
             else:
-                value = ", ".join(normalize_header_value(v) for v in field_lines)
+                append(", ".join(normalize_header_value(v) for v in field_lines))
         elif kind == "@method":
-            value = method
-            if "\t" in value or value != value.strip(" "):  # printable is checked below
+            if "\t" in method or method != method.strip(" "):  # printable is checked below
                 return None
+            append(method)
         else:  # @authority @path @query @scheme @target-uri
             value = derived[kind]
             if value is None:
                 return None
-        append(f"{prefix}{value}\n")
-    append('"@signature-params": ')
-    append(params_text)
-    base = "".join(out)
-    # Every value ASCII printable or tab (no CR, LF or other controls), checked once over the whole
-    # base: identifiers and @signature-params hold neither tabs nor newlines, so a value holds a
-    # newline exactly when the base has more than one per covered component.
-    if _BAD_BASE_CHAR.search(base) is not None or base.count("\n") != len(steps):
+            append(value)
+    # every value ASCII, printable or tab (no CR, LF or other controls), checked once for all
+    joined = "".join(values)
+    if not joined.isascii() or not (joined.isprintable() or joined.replace("\t", " ").isprintable()):
         return None
-    return base.encode("ascii")
+    append(params_text)
+    base = template % tuple(values)
+    return base.encode("ascii") if base.isascii() else None
 
 
-_BAD_BASE_CHAR = re.compile(r"[^\t\n\x20-\x7e]")
 _URL_KINDS = frozenset({"@authority", "@path", "@query", "@scheme", "@target-uri"})
 _DERIVED = _URL_KINDS | {"@method"}
 _PLAIN_ID = re.compile(r'"([a-z0-9@!#$%&\'*+.^_`|~-]+)"')
 
 
 @lru_cache(maxsize=512)
-def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str | None, str, str], ...], str, bool] | None:
-    """How to build the base lines for a list of covered components: ``((kind, name, line
-    prefix), ...)`` (kind: the derived component's name, None for a field), the
-    ``@signature-params`` Inner List without parameters, and whether the URL is needed; None if a
-    component has parameters, repeats, or is not handled here. Depends only on the identifiers
+def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str | None, str], ...], str, bool, str] | None:
+    """How to build the base lines for a list of covered components: ``((kind, name), ...)``
+    (kind: the derived component's name, None for a field), the ``@signature-params`` Inner List
+    without parameters, whether the URL is needed, and the base as a ``%`` template (one ``%s``
+    per value, then one for the ``@signature-params`` value); None if a component has
+    parameters, repeats, or is not handled here. Depends only on the identifiers
     (the same few lists recur across requests), never on request values."""
-    steps: list[tuple[str | None, str, str]] = []
+    steps: list[tuple[str | None, str]] = []
     names: set[str] = set()
     for cid in component_ids:
         m = _PLAIN_ID.fullmatch(cid)
@@ -182,9 +180,10 @@ def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str | None, str, 
         else:
             return None
         names.add(name)
-        steps.append((kind, name, f"{cid}: "))
+        steps.append((kind, name))
     inner = "(" + " ".join(component_ids) + ")"
-    return tuple(steps), inner, bool(names & _URL_KINDS)
+    template = "".join(f"{cid.replace('%', '%%')}: %s\n" for cid in component_ids) + '"@signature-params": %s'
+    return tuple(steps), inner, bool(names & _URL_KINDS), template
 
 
 # --- responses (RFC 9421 §2.4): ``@status``, response fields and ``;req`` request components ---------
