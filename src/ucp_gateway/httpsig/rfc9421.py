@@ -303,7 +303,8 @@ def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> None
     it with ``algorithm`` (a library algorithm instance bound to the public key, step 8).
 
     Freshness, coverage and key choice are the caller's policy, checked before. The base comes
-    from :func:`.base.fast_base_for_ids` when it applies, else from the library. Raises
+    from :func:`.base.fast_base_for_ids` when it applies, else from the library; the library's
+    ECDSA classes are run through :func:`.jwkalg.ecdsa_verify` (the same steps, fewer calls). Raises
     SignatureInvalid for any failure (unknown parameter, §2.5 base error, wrong length, bad
     signature).
     """
