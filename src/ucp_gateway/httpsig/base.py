@@ -92,50 +92,62 @@ def fast_signature_base(message: Any, components: list[tuple[str, dict]], params
     return fast_base_for_ids(message, tuple(ids), params)
 
 
-def fast_base_for_ids(message: Any, component_ids: tuple[str, ...], params: dict[str, Any]) -> bytes | None:
+def fast_base_for_ids(
+    message: Any, component_ids: tuple[str, ...], params: dict[str, Any], params_text: str | None = None
+) -> bytes | None:
     """:func:`fast_signature_base` with the components as serialized identifiers
-    (:attr:`.rfc9421.ParsedSignature.components`, e.g. ``('"@method"', '"content-digest"')``)."""
+    (:attr:`.rfc9421.ParsedSignature.components`, e.g. ``('"@method"', '"content-digest"')``).
+
+    ``params_text``: the received ``@signature-params`` value (Inner List and parameters), given
+    only when it is byte-identical to the strict serialization of ``component_ids`` + ``params``
+    (:attr:`.rfc9421.ParsedSignature.params_text` guarantees that); it then ends the base as is
+    (RFC 9421 §2.3: the value is the serialization of the received member).
+    """
     plan = _plan(component_ids)
-    suffix = _params_suffix(params)
     method = getattr(message, "method", None)
-    if plan is None or suffix is None or not isinstance(method, str) or method != method.upper():
+    if plan is None or not isinstance(method, str) or method != method.upper():
         return None
+    steps, inner, uses_url, template = plan
+    if params_text is None:
+        suffix = _params_suffix(params)
+        if suffix is None:
+            return None
+        params_text = inner + suffix
     if hasattr(message, "status_code"):
         return None
-    steps, inner, uses_url = plan
     derived: dict[str, str | None] = {}
     if uses_url:
         derived = _url_components(message.url, method)
         if derived is None:
             return None
-    headers = message.headers
-    out: list[str] = []
-    append, getall = out.append, headers.getall
-    for kind, name, prefix in steps:
+    getall = message.headers.getall
+    values: list[str] = []
+    append = values.append
+    for kind, name in steps:
         if kind is None:  # a field
             field_lines = getall(name, None)
             if field_lines is None:
                 return None
             value = field_lines[0]
             if len(field_lines) == 1 and "\r\n" not in value:
-                value = value.strip(" \t")  # what normalize_header_value does without folds
+                append(value.strip(" \t"))  # what normalize_header_value does without folds
             else:
-                value = ", ".join(normalize_header_value(v) for v in field_lines)
-            # ASCII, printable or tab (no CR, LF or other controls)
-            if not value.isascii() or not (value.isprintable() or value.replace("\t", " ").isprintable()):
-                return None
+                append(", ".join(normalize_header_value(v) for v in field_lines))
         elif kind == "@method":
-            value = method
-            if not value.isprintable() or value != value.strip(" "):
+            if "\t" in method or method != method.strip(" "):  # printable is checked below
                 return None
+            append(method)
         else:  # @authority @path @query @scheme @target-uri
             value = derived[kind]
             if value is None:
                 return None
-        # URL-derived values need no printable/space check: url_parts' grammar admits neither
-        append(f"{prefix}{value}\n")
-    append(f'"@signature-params": {inner}{suffix}')
-    base = "".join(out)
+            append(value)
+    # every value ASCII, printable or tab (no CR, LF or other controls), checked once for all
+    joined = "".join(values)
+    if not joined.isascii() or not (joined.isprintable() or joined.replace("\t", " ").isprintable()):
+        return None
+    append(params_text)
+    base = template % tuple(values)
     return base.encode("ascii") if base.isascii() else None
 
 
@@ -145,13 +157,14 @@ _PLAIN_ID = re.compile(r'"([a-z0-9@!#$%&\'*+.^_`|~-]+)"')
 
 
 @lru_cache(maxsize=512)
-def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str | None, str, str], ...], str, bool] | None:
-    """How to build the base lines for a list of covered components: ``((kind, name, line
-    prefix), ...)`` (kind: the derived component's name, None for a field), the
-    ``@signature-params`` Inner List without parameters, and whether the URL is needed; None if a
-    component has parameters, repeats, or is not handled here. Depends only on the identifiers
+def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str | None, str], ...], str, bool, str] | None:
+    """How to build the base lines for a list of covered components: ``((kind, name), ...)``
+    (kind: the derived component's name, None for a field), the ``@signature-params`` Inner List
+    without parameters, whether the URL is needed, and the base as a ``%`` template (one ``%s``
+    per value, then one for the ``@signature-params`` value); None if a component has
+    parameters, repeats, or is not handled here. Depends only on the identifiers
     (the same few lists recur across requests), never on request values."""
-    steps: list[tuple[str | None, str, str]] = []
+    steps: list[tuple[str | None, str]] = []
     names: set[str] = set()
     for cid in component_ids:
         m = _PLAIN_ID.fullmatch(cid)
@@ -167,9 +180,10 @@ def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str | None, str, 
         else:
             return None
         names.add(name)
-        steps.append((kind, name, f"{cid}: "))
+        steps.append((kind, name))
     inner = "(" + " ".join(component_ids) + ")"
-    return tuple(steps), inner, bool(names & _URL_KINDS)
+    template = "".join(f"{cid.replace('%', '%%')}: %s\n" for cid in component_ids) + '"@signature-params": %s'
+    return tuple(steps), inner, bool(names & _URL_KINDS), template
 
 
 # --- responses (RFC 9421 §2.4): ``@status``, response fields and ``;req`` request components ---------

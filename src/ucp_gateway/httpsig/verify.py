@@ -21,17 +21,11 @@ from .errors import (
     SignatureInvalid,
     SignatureMissing,
 )
+from .jwkalg import _algorithm, algorithm_for_jwk
 from .policy import MUTATING_METHODS, SignaturePolicy, check_freshness, required_components
 from .replay import ReplayStore
 from .resolver import KeyResolver
-from .rfc9421 import (
-    ParsedSignature,
-    RequestView,
-    _algorithm,
-    algorithm_for_jwk,
-    parse_signatures,
-    verify_signature,
-)
+from .rfc9421 import ParsedSignature, RequestView, parse_signatures, verify_signature
 from .rfc9530 import check_content_digest
 
 __all__ = [
@@ -108,14 +102,27 @@ def request_requirements(view: RequestView) -> list[str]:
 
 def _requirements(view: RequestView) -> tuple[tuple[str, str], ...]:
     """``(name, serialized identifier)`` pairs required for ``view``."""
-    target = view.url.split("://", 1)[-1]
-    q = target.find("?")
-    return _required_ids(
+    return _required_ids(*_request_shape(view))
+
+
+def _request_shape(view: RequestView) -> tuple[bool, bool, bool, bool]:
+    """What the required components depend on: mutating method, non-empty query, UCP-Agent, body."""
+    url = view.url
+    start = url.find("://") + 3 if "://" in url else 0  # the query is looked for after the scheme
+    q = url.find("?", start)
+    return (
         view.method.upper() in MUTATING_METHODS,
-        0 <= q < len(target) - 1,  # a query that is not empty
+        0 <= q < len(url) - 1,  # a query that is not empty
         "ucp-agent" in view.headers,
         bool(view.body),
     )
+
+
+@lru_cache(maxsize=256)
+def _missing(shape: tuple[bool, bool, bool, bool], components: tuple[str, ...]) -> tuple[str, ...]:
+    """Required names (for a request of ``shape``) that ``components`` does not cover, in order.
+    Depends only on the shape flags and the identifiers, never on request values."""
+    return tuple(name for name, cid in _required_ids(*shape) if cid not in components)
 
 
 @lru_cache(maxsize=16)
@@ -134,11 +141,12 @@ async def select_signatures(
     Unknown kids trigger one forced refresh (the resolver rate-limits it per origin). Raises
     KeyNotFound with a fixed message, whatever the reason (no oracle, RFC 9421 §8.3).
     """
-    cands = [s for s in sigs if s.keyid and (policy.tag is None or s.params.get("tag") == policy.tag)]
+    tag = policy.tag
+    cands = [(s, kid) for s in sigs if (kid := s.keyid) and (tag is None or s.params.get("tag") == tag)]
     for force in (False, True):
         found = []
-        for s in cands:
-            jwk = await resolver.resolve(profile_url, s.keyid or "", force_refresh=force)
+        for s, kid in cands:
+            jwk = await resolver.resolve(profile_url, kid, force_refresh=force)
             if jwk is not None:
                 found.append((s, jwk))
         if found:
@@ -171,27 +179,43 @@ async def verify_request(
     if sig_input is None or sig is None:  # a bare Signature is a pre-RFC draft (RFC 9421 App. A)
         raise SignatureInvalid("Signature and Signature-Input must both be present")
     # Several field lines combine into one Dictionary (RFC 9421 §4).
-    sigs = parse_signatures(", ".join(sig_input), ", ".join(sig))
+    sigs = parse_signatures(
+        sig_input[0] if len(sig_input) == 1 else ", ".join(sig_input), sig[0] if len(sig) == 1 else ", ".join(sig)
+    )
     profile_url = profile_url_of(headers.get("UCP-Agent"), allow_http=policy.allow_http_profiles)
+    kid = sigs[0].keyid if len(sigs) == 1 and policy.tag is None else None
+    if kid:  # one candidate: select_signatures without its lists (same lookups, same error)
+        jwk = await resolver.resolve(profile_url, kid, force_refresh=False)
+        if jwk is None:
+            jwk = await resolver.resolve(profile_url, kid, force_refresh=True)
+            if jwk is None:
+                raise KeyNotFound("signature key not found in the caller's profile")
+        return await _finish(_verify_one(view, sigs[0], jwk, profile_url, policy, now), policy, now, replay_store)
     first_error: Exception | None = None
     # An attacker may add signatures naming the caller's kid; one that verifies is enough (§7.2.6).
     for chosen, jwk in await select_signatures(sigs, profile_url, resolver, policy):
         try:
-            result = _verify_one(view, sigs, chosen, jwk, profile_url, policy, now)
+            result = _verify_one(view, chosen, jwk, profile_url, policy, now)
         except (SignatureInvalid, AlgorithmUnsupported) as exc:
             first_error = first_error or exc
             continue
-        if result.nonce is not None and replay_store is not None:
-            if not await replay_store.remember(result.kid, result.nonce, now=now, ttl=policy.replay_ttl):
-                raise SignatureInvalid("signature nonce was already used")
-        return result
+        return await _finish(result, policy, now, replay_store)
     assert first_error is not None
     raise first_error
 
 
+async def _finish(
+    result: VerifiedSignature, policy: SignaturePolicy, now: dt.datetime, replay_store: ReplayStore | None
+) -> VerifiedSignature:
+    """Record ``(keyid, nonce)`` (RFC 9421 §7.2.2); raises SignatureInvalid for a replayed nonce."""
+    if result.nonce is not None and replay_store is not None:
+        if not await replay_store.remember(result.kid, result.nonce, now=now, ttl=policy.replay_ttl):
+            raise SignatureInvalid("signature nonce was already used")
+    return result
+
+
 def _verify_one(
     view: RequestView,
-    sigs: list[ParsedSignature],
     chosen: ParsedSignature,
     jwk: dict[str, Any],
     profile_url: str,
@@ -199,13 +223,14 @@ def _verify_one(
     now: dt.datetime,
 ) -> VerifiedSignature:
     alg_cls, size = algorithm_for_jwk(jwk)
-    if alg_cls.algorithm_id == "ecdsa-p384-sha384" and not policy.allow_es384:
+    alg_id = alg_cls.algorithm_id
+    if alg_id == "ecdsa-p384-sha384" and not policy.allow_es384:
         raise AlgorithmUnsupported("ES384 is not accepted")
-    if "alg" in chosen.params and chosen.params["alg"] != alg_cls.algorithm_id:
+    p = chosen.params
+    if "alg" in p and p["alg"] != alg_id:
         raise AlgorithmUnsupported("the alg parameter does not match the key")
-    check_freshness(chosen.params, now, policy)
-    comps = chosen.components
-    missing = [name for name, cid in _requirements(view) if cid not in comps]  # = missing_components()
+    check_freshness(p, now, policy)
+    missing = _missing(_request_shape(view), chosen.components)  # = missing_components()
     if missing:
         raise SignatureInvalid("signature does not cover required components: " + " ".join(missing))
     if view.body or "content-digest" in view.headers:
@@ -214,7 +239,6 @@ def _verify_one(
     # Only the chosen signature is checked; others are never validated (RFC 9421 §7.2.6).
     # _algorithm = algorithm_instance(jwk) without looking the curve up a second time
     verify_signature(view, chosen, _algorithm(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size))
-    p = chosen.params
     nonce, tag = p.get("nonce"), p.get("tag")
     return VerifiedSignature(  # positional, in field order: kid, profile_url, label, covered_components,
         kid,  # created, expires, nonce, tag, algorithm, jwk
@@ -225,6 +249,6 @@ def _verify_one(
         p.get("expires"),
         nonce if isinstance(nonce, str) else None,
         tag if isinstance(tag, str) else None,
-        alg_cls.algorithm_id,
+        alg_id,
         jwk,
     )
