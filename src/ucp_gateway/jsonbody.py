@@ -35,6 +35,32 @@ def _bad_string(s: str) -> bool:
     return False
 
 
+def _plain(raw: bytes | str, max_depth: int) -> bool:
+    """True when the text alone shows the decoded value passes every check below, so the walk over
+    it can be skipped: no ``\\u`` escape and no NUL (U+0000 and lone surrogates are only reachable
+    through those in valid JSON text), no surrogate in the text itself, and fewer opening brackets
+    than ``max_depth`` + 1 (every nesting level needs one). Conservative: False just means "walk"."""
+    if isinstance(raw, str):
+        if "\\u" in raw or "\x00" in raw or raw.count("[") + raw.count("{") > max_depth:
+            return False
+        if raw.isascii():
+            return True
+        try:
+            raw.encode("utf-8")  # strict: fails on a surrogate
+        except UnicodeEncodeError:
+            return False
+        return True
+    if b"\\u" in raw or b"\x00" in raw or raw.count(b"[") + raw.count(b"{") > max_depth:
+        return False
+    if raw.isascii():
+        return True
+    try:
+        raw.decode("utf-8")  # strict: json.loads decodes with surrogatepass, this refuses surrogates
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     """Decode a request body (RFC 8259) and check every string and key.
 
@@ -53,6 +79,13 @@ def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         raise InvalidJson("JSON nesting is too deep") from None
     except (ValueError, UnicodeDecodeError):
         raise InvalidJson("body is not valid JSON") from None
+    if not _plain(raw, max_depth):
+        _check(value, max_depth)
+    return value
+
+
+def _check(value: Any, max_depth: int) -> None:
+    """Walk ``value``: raise InvalidJson for nesting deeper than ``max_depth`` or a bad string."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
@@ -70,4 +103,3 @@ def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
             if depth > max_depth:
                 raise InvalidJson("JSON nesting is too deep")
             stack.extend((v, depth + 1) for v in node)
-    return value
