@@ -102,3 +102,51 @@ def test_fast_path_answers_like_the_full_walk(value, ascii_only, as_bytes, extra
 def test_fast_path_edge_cases(raw):
     fast, ref = _outcome(loads_strict, raw), _outcome(_reference, raw)
     assert fast == ref or (fast[0] == ref[0] == "refused")
+
+
+def _stdlib(value) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+_out_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from('\x00\x1f\x7f\u2028"\\/é\U0001f339')),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_out_values)
+def test_dumps_compact_writes_the_json_modules_bytes(value):
+    from ucp_gateway.jsonbody import dumps_compact
+
+    assert dumps_compact(value) == _stdlib(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=5))
+def test_dumps_compact_floats_are_the_same_values(floats):
+    from ucp_gateway.jsonbody import dumps_compact
+
+    assert json.loads(dumps_compact(floats)) == json.loads(_stdlib(floats)) == floats
+
+
+def test_dumps_compact_leaves_the_rest_to_the_json_module():
+    import datetime
+    import enum
+
+    from ucp_gateway.jsonbody import dumps_compact
+
+    class Kind(enum.StrEnum):
+        A = "a"
+
+    assert dumps_compact({1: "x", "big": 2**80, "kind": Kind.A, "t": (1, 2)}) == _stdlib(
+        {1: "x", "big": 2**80, "kind": Kind.A, "t": (1, 2)}
+    )
+    with pytest.raises(TypeError):
+        dumps_compact({"at": datetime.datetime(2026, 1, 1)})
+    with pytest.raises(UnicodeEncodeError):
+        dumps_compact(["\ud800"])
