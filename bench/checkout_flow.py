@@ -34,6 +34,7 @@ On a shared machine prefer the CPU figures; repeat wall-clock figures.
 
 Usage: python bench/checkout_flow.py [--buyers 32] [--seconds 10] [--warmup 3] [--rate 100]
        [--waits] [--profile DIR] [--log-sql FILE]
+       (BENCH_EVENT_LOOP=asyncio runs the gateway on asyncio's own loop instead of uvloop)
 """
 
 from __future__ import annotations
@@ -357,27 +358,27 @@ async def _load(
 
 
 def _child(mode: str, port: int) -> None:
-    """Run the gateway in this process (``--child``)."""
+    """Run the gateway in this process (``--child``) as ``ucp-gateway serve`` does: its settings,
+    logging, event loop (uvloop when installed) and :func:`run_server` (SIGTERM stops it)."""
     import ucp_gateway.app as gateway_app
-    from ucp_gateway.app import create_app
     from ucp_gateway.config import Settings
     from ucp_gateway.logs import configure_logging
+    from ucp_gateway.serve import run, run_server
 
-    settings = Settings()
+    settings = Settings(host="127.0.0.1", port=port)
     configure_logging(settings)  # as `ucp-gateway serve` does (UCPGW_LOG_LEVEL honoured)
     if mode == "plain":  # no signature middleware (the production app always has it)
         gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
-    app = create_app(settings)
     prof_dir = os.environ.get("BENCH_PROFILE_DIR")
     if not prof_dir:
-        web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+        run(settings, run_server(settings))
         return
     import cProfile
 
     prof = cProfile.Profile(time.process_time)  # CPU time: the machine is shared
     prof.enable()
     try:
-        web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+        run(settings, run_server(settings))
     finally:
         prof.disable()
         prof.dump_stats(os.path.join(prof_dir, f"gateway-{mode}.prof"))
@@ -458,6 +459,7 @@ async def main() -> None:
         UCPGW_BUYER_RATE_LIMIT="100000",
         UCPGW_DB_POOL_MAX=os.environ.get("BENCH_POOL_MAX", "10"),  # the default: 2 cores, one PostgreSQL
         UCPGW_VERBS_VALIDATE_OUTPUT="false",  # production default (development mode turns it on)
+        UCPGW_EVENT_LOOP=os.environ.get("BENCH_EVENT_LOOP", "auto"),  # auto: uvloop when installed, as serve
         UCPGW_KEYS_DIR=str(tmp / "keys"),
         UCPGW_DATA_DIR=str(tmp / "data"),
     )

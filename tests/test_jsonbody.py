@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ucp_gateway.jsonbody import MAX_DEPTH, InvalidJson, loads_strict
 
@@ -41,3 +43,110 @@ def test_refused_bodies(raw, why):
 def test_depth_limit_is_inclusive():
     ok = b"[" * MAX_DEPTH + b"]" * MAX_DEPTH
     assert loads_strict(ok) == json.loads(ok)
+
+
+def _reference(raw):
+    """loads_strict without the text fast path: decode, then always walk."""
+    from ucp_gateway.jsonbody import _check
+
+    value = json.loads(raw)
+    _check(value, MAX_DEPTH)
+    return value
+
+
+def _outcome(fn, raw):
+    try:
+        return ("ok", fn(raw))
+    except InvalidJson as exc:
+        return ("refused", str(exc))
+    except (ValueError, UnicodeDecodeError):
+        return ("refused", "json")
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet=st.sampled_from('a\x00é\ud800\udc00\U0001f339\\"')),
+    lambda kids: (
+        st.lists(kids, max_size=3)
+        | st.dictionaries(st.text(alphabet=st.sampled_from("k\x00\ud800é"), max_size=2), kids, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_json_values, st.booleans(), st.booleans(), st.integers(min_value=0, max_value=MAX_DEPTH + 3))
+def test_fast_path_answers_like_the_full_walk(value, ascii_only, as_bytes, extra_depth):
+    # every text the gateway may get: escaped or raw non-ASCII, raw surrogates (surrogatepass bytes),
+    # deep nesting near the limit; the fast path must decide exactly as decode + full walk
+    text = "[" * extra_depth + json.dumps(value, ensure_ascii=ascii_only) + "]" * extra_depth
+    raw = text.encode("utf-8", "surrogatepass") if as_bytes else text
+    fast = _outcome(loads_strict, raw)
+    ref = _outcome(lambda r: _reference(r), raw)
+    if ref[0] == "ok":
+        assert fast == ref
+    else:
+        assert fast[0] == "refused"
+        assert fast == ref or ref[1] == "json"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '["\ud800"]',  # a raw lone surrogate in text input
+        b'["\xed\xa0\x80"]',  # its UTF-8 (surrogatepass) bytes
+        b'{"a": "b"}' + b" " * 10 + b'{"x": 1}',
+        "[" * MAX_DEPTH + "]" * MAX_DEPTH,
+        "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
+    ],
+)
+def test_fast_path_edge_cases(raw):
+    fast, ref = _outcome(loads_strict, raw), _outcome(_reference, raw)
+    assert fast == ref or (fast[0] == ref[0] == "refused")
+
+
+def _stdlib(value) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+_out_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from('\x00\x1f\x7f\u2028"\\/é\U0001f339')),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_out_values)
+def test_dumps_compact_writes_the_json_modules_bytes(value):
+    from ucp_gateway.jsonbody import dumps_compact
+
+    assert dumps_compact(value) == _stdlib(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=5))
+def test_dumps_compact_floats_are_the_same_values(floats):
+    from ucp_gateway.jsonbody import dumps_compact
+
+    assert json.loads(dumps_compact(floats)) == json.loads(_stdlib(floats)) == floats
+
+
+def test_dumps_compact_leaves_the_rest_to_the_json_module():
+    import datetime
+    import enum
+
+    from ucp_gateway.jsonbody import dumps_compact
+
+    class Kind(enum.StrEnum):
+        A = "a"
+
+    assert dumps_compact({1: "x", "big": 2**80, "kind": Kind.A, "t": (1, 2)}) == _stdlib(
+        {1: "x", "big": 2**80, "kind": Kind.A, "t": (1, 2)}
+    )
+    with pytest.raises(TypeError):
+        dumps_compact({"at": datetime.datetime(2026, 1, 1)})
+    with pytest.raises(UnicodeEncodeError):
+        dumps_compact(["\ud800"])

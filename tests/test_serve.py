@@ -51,3 +51,27 @@ async def test_in_flight_request_finishes_after_stop_and_logs_carry_request_id(d
     access = [x for x in lines if x.get("event") == "request" and x.get("path") == "/_test/slow"]
     assert access and access[0]["request_id"] == "inflight-1" and access[0]["status"] == 200
     assert [x["event"] for x in lines if x["event"] in ("shutting_down", "stopped")] == ["shutting_down", "stopped"]
+
+
+def test_serving_loop_is_uvloop_when_installed_and_asyncio_on_request(monkeypatch):
+    import sys
+
+    import pytest
+
+    from ucp_gateway.config import Settings
+    from ucp_gateway.errors import ConfigError
+    from ucp_gateway.serve import loop_factory, run
+
+    async def loop_type():
+        return type(asyncio.get_running_loop()).__module__
+
+    auto = Settings(database_url="postgresql://unused/x")
+    uvloop = pytest.importorskip("uvloop")
+    assert loop_factory(auto) is uvloop.new_event_loop
+    assert run(auto, loop_type()).startswith("uvloop")
+    plain = auto.model_copy(update={"event_loop": "asyncio"})
+    assert loop_factory(plain) is None and run(plain, loop_type()).startswith("asyncio")
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # not installed
+    assert loop_factory(auto) is None
+    with pytest.raises(ConfigError):
+        loop_factory(auto.model_copy(update={"event_loop": "uvloop"}))

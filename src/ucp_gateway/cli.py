@@ -244,7 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "serve" and "log_level" not in settings.model_fields_set:
             settings.log_level = "warning"  # keep one-shot commands quiet on stderr
         configure_logging(settings)
-        code = asyncio.run(args.func(args, settings)) or 0
+        if args.command == "serve":  # the serving loop: uvloop when installed (serve.loop_factory)
+            from .serve import run
+
+            code = run(settings, args.func(args, settings)) or 0
+        else:
+            code = asyncio.run(args.func(args, settings)) or 0
         sys.stdout.flush()  # surface a closed pipe here, not at interpreter exit
         return code
     except GatewayError as exc:

@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     db_pool_min: int = Field(default=2, ge=1)
     db_pool_max: int = Field(default=10, ge=1)
     shutdown_timeout: float = Field(default=10.0, gt=0)
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        default="auto",
+        description="event loop of `serve`: auto = uvloop when installed (less CPU per request), else asyncio's",
+    )
     host_cache_ttl: float = Field(default=2.0, ge=0, description="seconds a Host -> company lookup is cached")
     client_max_size: int = Field(default=1 << 20, ge=1024, description="largest request body accepted, bytes")
     body_read_timeout: float = Field(default=10.0, gt=0, description="seconds to receive a request body (408 after)")

@@ -1,4 +1,5 @@
-"""Strict JSON for request bodies: what the gateway accepts is what PostgreSQL can store.
+"""Strict JSON for request bodies (what the gateway accepts is what PostgreSQL can store), and the
+fast compact encoder of response bodies (:func:`dumps_compact`).
 
 ``json.loads`` accepts three things that later fail deep inside a handler: NaN/Infinity (not JSON,
 RFC 8259 §6), strings with U+0000 or an unpaired surrogate (valid JSON escapes that text/jsonb and
@@ -11,7 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "InvalidJson", "loads_strict"]
+try:  # about 30x faster than the json module's encoder on response bodies
+    import orjson
+except ImportError:  # pragma: no cover - a dependency; the json module stays the reference
+    orjson = None
+
+__all__ = ["MAX_DEPTH", "InvalidJson", "dumps_compact", "loads_strict"]
 
 #: Deepest nesting accepted (objects + arrays). UCP documents nest well under 20 levels.
 MAX_DEPTH = 64
@@ -35,6 +41,32 @@ def _bad_string(s: str) -> bool:
     return False
 
 
+def _plain(raw: bytes | str, max_depth: int) -> bool:
+    """True when the text alone shows the decoded value passes every check below, so the walk over
+    it can be skipped: no ``\\u`` escape and no NUL (U+0000 and lone surrogates are only reachable
+    through those in valid JSON text), no surrogate in the text itself, and fewer opening brackets
+    than ``max_depth`` + 1 (every nesting level needs one). Conservative: False just means "walk"."""
+    if isinstance(raw, str):
+        if "\\u" in raw or "\x00" in raw or raw.count("[") + raw.count("{") > max_depth:
+            return False
+        if raw.isascii():
+            return True
+        try:
+            raw.encode("utf-8")  # strict: fails on a surrogate
+        except UnicodeEncodeError:
+            return False
+        return True
+    if b"\\u" in raw or b"\x00" in raw or raw.count(b"[") + raw.count(b"{") > max_depth:
+        return False
+    if raw.isascii():
+        return True
+    try:
+        raw.decode("utf-8")  # strict: json.loads decodes with surrogatepass, this refuses surrogates
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     """Decode a request body (RFC 8259) and check every string and key.
 
@@ -53,6 +85,13 @@ def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         raise InvalidJson("JSON nesting is too deep") from None
     except (ValueError, UnicodeDecodeError):
         raise InvalidJson("body is not valid JSON") from None
+    if not _plain(raw, max_depth):
+        _check(value, max_depth)
+    return value
+
+
+def _check(value: Any, max_depth: int) -> None:
+    """Walk ``value``: raise InvalidJson for nesting deeper than ``max_depth`` or a bad string."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
@@ -70,4 +109,38 @@ def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
             if depth > max_depth:
                 raise InvalidJson("JSON nesting is too deep")
             stack.extend((v, depth + 1) for v in node)
-    return value
+
+
+def _stdlib_compact(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _unsupported(value: Any) -> Any:
+    raise TypeError(type(value).__name__)  # the json module decides (and words its error)
+
+
+_ORJSON_OPTS = (
+    orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+    if orjson is not None
+    else 0
+)
+
+
+def dumps_compact(value: Any) -> bytes:
+    """Compact UTF-8 JSON (RFC 8259) of a response body, the bytes of
+    ``json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()``.
+
+    orjson writes them when it can: for str keys, strings, ints within 64 bits, bools, None, lists,
+    tuples and dicts the bytes are identical; finite floats are the same shortest round-trip value,
+    spelled without a zero-padded exponent (``1e-05`` -> ``0.00001``); non-finite floats (which no
+    request body can carry: loads_strict) become ``null``, valid JSON where the json module writes
+    ``Infinity``. Anything else (int keys, big ints, subclasses, dataclasses, datetimes, lone
+    surrogates) goes to the json module, so results and errors are its own.
+    Raises: TypeError / ValueError / UnicodeEncodeError as the json module does.
+    """
+    if orjson is not None:
+        try:
+            return orjson.dumps(value, default=_unsupported, option=_ORJSON_OPTS)
+        except TypeError:
+            pass
+    return _stdlib_compact(value)

@@ -7,6 +7,7 @@ intersection on the request (``REQ_NEGOTIATED``), that list is used instead (UCP
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -163,14 +164,9 @@ def _webhook_url(capabilities: Mapping[str, Sequence[Mapping[str, Any]]]) -> str
     return None
 
 
-async def negotiate(request: web.Request, company: Company, operation: str, *, agent: Any = None) -> Negotiation | None:
-    """Run discovery's negotiation (UCP overview "Negotiation") when the discovery package is set up.
-
-    ``agent``: an ``AgentHeader`` taken from MCP ``meta["ucp-agent"]`` instead of the header.
-    Raises the discovery errors (400 invalid_profile_url, 403, 422, 424; 200 capabilities_incompatible).
-    In conformance mode an empty intersection is tolerated (the suite's profile declares only the
-    order capability); the response then lists what the gateway implements.
-    """
+@functools.cache
+def _discovery() -> tuple[Any, ...] | None:
+    """The discovery package's negotiation entry points, imported once (None: not in this build)."""
     try:
         from ..discovery.agent_header import parse_ucp_agent
         from ..discovery.errors import CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported
@@ -179,17 +175,38 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
         from ..discovery.web import PROFILE_FETCHER
     except ImportError:
         return None
+    tolerated = (CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported)
+    return parse_ucp_agent, tolerated, negotiate_request, REQ_AGENT_ROLE, PROFILE_FETCHER
+
+
+@functools.lru_cache(maxsize=64)
+def _http_hosts(dev_mode: bool, hosts: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(h.lower() for h in hosts) if dev_mode else frozenset()
+
+
+async def negotiate(request: web.Request, company: Company, operation: str, *, agent: Any = None) -> Negotiation | None:
+    """Run discovery's negotiation (UCP overview "Negotiation") when the discovery package is set up.
+
+    ``agent``: an ``AgentHeader`` taken from MCP ``meta["ucp-agent"]`` instead of the header.
+    Raises the discovery errors (400 invalid_profile_url, 403, 422, 424; 200 capabilities_incompatible).
+    In conformance mode an empty intersection is tolerated (the suite's profile declares only the
+    order capability); the response then lists what the gateway implements.
+    """
+    discovery = _discovery()
+    if discovery is None:
+        return None
+    parse_ucp_agent, tolerated, negotiate_request, req_agent_role, profile_fetcher = discovery
     app = request.app
-    if PROFILE_FETCHER not in app:
+    if profile_fetcher not in app:
         return None
     settings: Settings = app[SETTINGS]
     origin = public_origin(settings.public_scheme, request.host, settings.public_port)
-    hosts = frozenset(h.lower() for h in settings.dev_profile_hosts) if settings.dev_mode else frozenset()
+    hosts = _http_hosts(settings.dev_mode, tuple(settings.dev_profile_hosts))
     header = request.headers.get("UCP-Agent")
     try:
         rn = await negotiate_request(
             header=header,
-            fetcher=app[PROFILE_FETCHER],
+            fetcher=app[profile_fetcher],
             pool=app[DATABASE].pool,
             company=company,
             business_profile=await _business_profile(app, company, origin),
@@ -198,9 +215,9 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
             http_hosts=hosts,
             agent=agent,
             # the trust middleware resolved the role of this UCP-Agent profile (its cache, its TTL)
-            role=request.get(REQ_AGENT_ROLE) if agent is None else None,
+            role=request.get(req_agent_role) if agent is None else None,
         )
-    except (CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported):
+    except tolerated:
         if not settings.conformance_mode:
             raise
         # conformance mode only: the suite's agent profile is a 2026-01 document declaring just the
@@ -264,11 +281,30 @@ def _capabilities(names: Sequence[str], negotiated: Mapping[str, Any] | None) ->
     return {n: [{"version": UCP_VERSION}] for n in names}
 
 
-def build_context(request: web.Request, company: Company, caller: str, neg: Negotiation | None) -> CommerceContext:
-    settings = request.app[SETTINGS]
-    base_url = public_origin(settings.public_scheme, request.host, settings.public_port)
+@dataclass(frozen=True, slots=True)
+class _Shop:
+    """The request-independent part of a CommerceContext (see :func:`_shop_parts`)."""
+
+    shop: ShopInfo
+    order_ucp: dict[str, Any]
+    handler_ids: frozenset[str]
+    pickup: tuple[PickupLocation, ...]
+
+
+# (base_url, vendor base, vendor prefix, commerce settings, negotiation) -> _Shop. Identity keys: the
+# company's commerce settings dict (one object per cached Company row) and the memoised Negotiation
+# (see _negotiation); entries keep both objects so an id is never reused while its entry lives.
+_SHOP_MEMO: dict[tuple, tuple[Any, Any, _Shop]] = {}
+
+
+def _shop_parts(base_url: str, settings: Settings, cs: Mapping[str, Any], neg: Negotiation | None) -> _Shop:
+    """Response envelopes, payment handler ids and pickup locations of one shop for one negotiation:
+    pure in its arguments, so built once and shared (read-only) by the requests that repeat them."""
+    key = (base_url, settings.vendor_base_url, settings.vendor_prefix, id(cs), id(neg))
+    hit = _SHOP_MEMO.get(key)
+    if hit is not None and hit[0] is cs and hit[1] is neg:
+        return hit[2]
     handlers = payment_handlers(settings)
-    cs = (company.settings or {}).get("commerce") or {}
     shop = ShopInfo(
         base_url=base_url,
         ucp={
@@ -280,10 +316,7 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
         automatic_discounts=tuple(AutomaticDiscount(**a) for a in cs.get("automatic_discounts", [])),
     )
     pickup = tuple(PickupLocation(p["id"], p["name"], p.get("address", {})) for p in cs.get("pickup_locations", []))
-    return CommerceContext(
-        company_id=company.id,
-        caller=caller,
-        now=request.app[CLOCK].now(),
+    out = _Shop(
         shop=shop,
         order_ucp={
             "version": UCP_VERSION,
@@ -291,9 +324,38 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
             "capabilities": _capabilities(("dev.ucp.shopping.order",), neg.order_caps if neg else None),
         },
         handler_ids=frozenset(h["id"] for entries in handlers.values() for h in entries),
+        pickup=pickup,
+    )
+    if len(_SHOP_MEMO) >= 2048:  # bounded
+        _SHOP_MEMO.clear()
+    _SHOP_MEMO[key] = (cs, neg, out)
+    return out
+
+
+_NO_SETTINGS: dict[str, Any] = {}
+
+
+def build_context(request: web.Request, company: Company, caller: str, neg: Negotiation | None) -> CommerceContext:
+    """The CommerceContext of one request: company, caller, clock, shop facts and negotiation.
+
+    The shop part (response ``ucp`` envelopes, payment handlers, automatic discounts, pickup
+    locations) is shared between requests with the same inputs (:func:`_shop_parts`); callers treat
+    it as read-only. Raises: TypeError/KeyError on malformed ``settings.commerce`` entries.
+    """
+    settings = request.app[SETTINGS]
+    base_url = public_origin(settings.public_scheme, request.host, settings.public_port)
+    cs = (company.settings or _NO_SETTINGS).get("commerce") or _NO_SETTINGS
+    parts = _shop_parts(base_url, settings, cs, neg)
+    return CommerceContext(
+        company_id=company.id,
+        caller=caller,
+        now=request.app[CLOCK].now(),
+        shop=parts.shop,
+        order_ucp=parts.order_ucp,
+        handler_ids=parts.handler_ids,
         currency=cs.get("currency", "USD"),
         ttl=timedelta(seconds=settings.checkout_ttl),
         max_order_amount=cs.get("buyer_max_order_amount", settings.buyer_max_order_amount),
-        pickup_locations=pickup,
+        pickup_locations=parts.pickup,
         webhook_url=neg.webhook_url if neg else None,
     )

@@ -28,6 +28,7 @@ from aiohttp import web
 from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
 from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
+from ..jsonbody import dumps_compact
 from ..mediatype import require_json_body
 from . import service
 from .context import PROFILE_CACHE, RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
@@ -132,7 +133,7 @@ async def _direct(request, company, caller, ctx, verb, args, key, raw) -> web.Re
 
     async def run(conn: asyncpg.Connection) -> Stored:
         out = await op(conn, ctx, args)
-        return Stored(out.status, JSON, serialize(out.body))
+        return Stored(out.status, JSON, dumps_compact(out.body))  # as the verb path writes bodies
 
     settings = request.app[SETTINGS]
     async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:

@@ -47,6 +47,13 @@ def validate_profile_url(url: str, *, http_hosts: frozenset[str] = frozenset()) 
     Raises:
         InvalidProfileUrl: not an absolute https URL, embedded credentials, no host, or too long.
     """
+    return _checked_url(url, http_hosts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_url(url: str, http_hosts: frozenset[str]) -> str:
+    # pure, and every request checks its (usually cached) profile URL again: memoised (refusals
+    # raise and are never cached)
     if not url or len(url) > MAX_PROFILE_URL:
         raise InvalidProfileUrl("profile URL is empty or too long")
     try:

@@ -225,10 +225,10 @@ def _consent(verb: Verb, principal: Principal, call: Call, inputs: Inputs, cls, 
     consent = policy.effective_consent()
     if cls is not policy.risk_class and consent is not Consent.PAYMENT_CREDENTIAL:
         consent = Consent.TYPED_PHRASE if phrase is not None else (Consent.CLICK if cls else Consent.NONE)
-    remaining = None if inputs.cap_limit is None or not cap_class else max(inputs.cap_limit - inputs.cap_used, 0)
-    base = {"risk_class": cls.name, "role_floor": policy.effective_floor(), "cap_remaining": remaining}
     if consent in (Consent.NONE, Consent.PAYMENT_CREDENTIAL):
         return Decision("execute", cls, cap_class=cap_class, digest=digest, approval=None)
+    remaining = None if inputs.cap_limit is None or not cap_class else max(inputs.cap_limit - inputs.cap_used, 0)
+    base = {"risk_class": cls.name, "role_floor": policy.effective_floor(), "cap_remaining": remaining}
     if consent is Consent.CLICK:
         if not call.confirm:
             return Decision(

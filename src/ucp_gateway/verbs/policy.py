@@ -14,6 +14,7 @@ against company caps, and consent with their payment credential instead of a typ
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
@@ -96,6 +97,11 @@ def normalize_name(name: str) -> str:
 
 def is_blocked_name(name: str) -> bool:
     """True for a blocked name or any normalized variant of one (digest §8 G14 step 1)."""
+    return _blocked(name) if type(name) is str else normalize_name(name) in BLOCKED_NAMES
+
+
+@functools.lru_cache(maxsize=1024)  # pure; every dispatch checks its verb name
+def _blocked(name: str) -> bool:
     return normalize_name(name) in BLOCKED_NAMES
 
 

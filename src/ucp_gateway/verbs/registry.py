@@ -23,6 +23,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from .errors import RegistrationError
+from .fastcheck import compile_check
 from .policy import BLOCKED_NAMES, SURFACES, TIERS, Consent, RiskClass, VerbPolicy, normalize_name
 from .schemas import record_validator
 
@@ -75,6 +76,7 @@ class Verb:
     policy: VerbPolicy
     handler: Handler
     input_validator: Draft202012Validator
+    fast_check: Callable[[Any], bool] | None = None  # True only when input_validator accepts (fastcheck.py)
 
     @property
     def name(self) -> str:
@@ -90,6 +92,8 @@ class Verb:
 
     def check_args(self, args: Mapping[str, Any]) -> list[ArgError]:
         """Validate ``args`` against ``input_schema`` (draft 2020-12). Returns problems, best first."""
+        if self.fast_check is not None and self.fast_check(args):
+            return []  # known valid; otherwise jsonschema decides and words the problems
         errors = sorted(self.input_validator.iter_errors(args), key=lambda e: (len(e.path), e.message))
         out = []
         for e in errors[:5]:
@@ -193,7 +197,8 @@ class Registry:
         rec.setdefault("tier_floor", "starter")
         if name in self._verbs:
             log.warning("verb %s re-registered (last write wins)", name)
-        verb = Verb(rec, policy, handler, Draft202012Validator(rec["input_schema"]))
+        schema = rec["input_schema"]
+        verb = Verb(rec, policy, handler, Draft202012Validator(schema), compile_check(schema))
         self._verbs[name] = verb
         self._normalized[norm] = name
         self._sorted = None
