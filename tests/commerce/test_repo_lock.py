@@ -89,3 +89,37 @@ async def test_lock_priced_after_a_lock_wait_prices_the_committed_state(database
     row, catalog = await waiting
     assert [li["item"]["id"] for li in row["state"]["line_items"]] == ["pot_ceramic", "bouquet_tulips"]
     assert set(catalog.products) == {"pot_ceramic", "bouquet_tulips"}
+
+
+async def test_checkout_bodies_of_a_few_kb_are_stored_uncompressed(database, company):
+    """Migrations 0033/0041: rows up to a page stay in line without pglz (database CPU)."""
+    pool = database.pool
+    state = _state("bouquet_roses")
+    now = datetime.now(UTC)
+    async with tenant_tx(pool, company.id) as conn:
+        await repo.insert_checkout(
+            conn,
+            company.id,
+            {
+                "id": "chk_big",
+                "status": "incomplete",
+                "currency": "USD",
+                "state": state,
+                "body": {"id": "chk_big", "pad": "x" * 4000},
+                "caller": "c",
+                "created_at": now,
+                "expires_at": now + timedelta(hours=1),
+            },
+        )
+        assert (
+            await conn.fetchval("SELECT pg_column_compression(body) FROM checkout_sessions WHERE id = 'chk_big'")
+            is None
+        )
+        opts = await conn.fetch(
+            "SELECT relname, reloptions FROM pg_class WHERE relname = ANY($1::text[]) ORDER BY relname",
+            ["checkout_sessions", "commerce_idempotency", "verb_idempotency", "webhook_outbox"],
+        )
+    assert [(r["relname"], r["reloptions"]) for r in opts] == [
+        (n, ["toast_tuple_target=8160"])
+        for n in ("checkout_sessions", "commerce_idempotency", "verb_idempotency", "webhook_outbox")
+    ]

@@ -111,15 +111,19 @@ async def append_and_finish_key(
     ``result_audit_id``, into ``result.audit_id`` (the caller patches its own copy the same way).
     ``entry`` as for :func:`audit.append`. Returns ``(audit_id, seq)``.
     """
+    args = append_args(company_id, entry)
     row = await conn.fetchrow(
-        "WITH a AS (SELECT audit_id, seq FROM verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::jsonb, $8)),"
-        " f AS (UPDATE verb_idempotency i SET audit_id = a.audit_id, envelope = CASE WHEN $13::boolean"
-        "   THEN jsonb_set(jsonb_set($12::jsonb, '{audit_id}', to_jsonb(a.audit_id)), '{result,audit_id}',"
+        # the entry travels once, as the canonical text the chain hashes ($7), stored as its jsonb
+        "WITH a AS (SELECT audit_id, seq FROM"
+        "  verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::text::jsonb, $7::text)),"
+        " f AS (UPDATE verb_idempotency i SET audit_id = a.audit_id, envelope = CASE WHEN $12::boolean"
+        "   THEN jsonb_set(jsonb_set($11::jsonb, '{audit_id}', to_jsonb(a.audit_id)), '{result,audit_id}',"
         "     to_jsonb(a.audit_id))"
-        "   ELSE jsonb_set($12::jsonb, '{audit_id}', to_jsonb(a.audit_id)) END"
-        "  FROM a WHERE i.principal = $9 AND i.verb = $10 AND i.key = $11 RETURNING 1)"
+        "   ELSE jsonb_set($11::jsonb, '{audit_id}', to_jsonb(a.audit_id)) END"
+        "  FROM a WHERE i.principal = $8 AND i.verb = $9 AND i.key = $10 RETURNING 1)"
         " SELECT audit_id, seq, (SELECT count(*) FROM f) AS finished FROM a",
-        *append_args(company_id, entry),
+        *args[:6],
+        args[7],
         principal,
         verb,
         key,
