@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -123,8 +124,16 @@ async def lock_checkout_priced(
     return (None, None) if row is None else (row, _catalog(row, currency, pickup_locations))
 
 
-async def insert_checkout(conn: asyncpg.Connection, company_id: uuid.UUID, row: dict[str, Any]) -> None:
-    await conn.execute(
+# async (sql, *args): run a caller's last statement (VerbContext.write_last); None = at once
+LastWrite = Callable[..., Awaitable[None]]
+
+
+async def insert_checkout(
+    conn: asyncpg.Connection, company_id: uuid.UUID, row: dict[str, Any], *, last_write: LastWrite | None = None
+) -> None:
+    """Insert a new checkout row. ``last_write``: the caller sends nothing after this statement
+    and lets ``last_write`` run it (possibly later, in the same transaction)."""
+    await (last_write or conn.execute)(
         "INSERT INTO checkout_sessions (company_id, id, status, currency, state, body, caller, created_at,"
         " updated_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)",
         company_id,
@@ -156,8 +165,10 @@ async def update_checkout(
     body: dict,
     now: datetime,
     order_id: str | None = None,
+    last_write: LastWrite | None = None,
 ) -> None:
-    await conn.execute(
+    """Rewrite the checkout row. ``last_write`` as for :func:`insert_checkout`."""
+    await (last_write or conn.execute)(
         "UPDATE checkout_sessions SET status = $2, state = $3, body = $4, updated_at = $5,"
         " order_id = coalesce($6, order_id) WHERE id = $1",
         checkout_id,

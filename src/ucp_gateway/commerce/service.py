@@ -66,6 +66,8 @@ class CommerceContext:
     max_order_amount: int | None = None
     pickup_locations: tuple[PickupLocation, ...] = field(default=())
     webhook_url: str | None = None  # the platform's order webhook_url, from negotiation
+    # runs an operation's last write (verb runtime: with the audit row, one round trip); None = at once
+    last_write: repo.LastWrite | None = None
 
 
 def _not_found(ctx: CommerceContext, what: str) -> Outcome:
@@ -125,6 +127,7 @@ async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str,
             "created_at": ctx.now,
             "expires_at": expires_at,
         },
+        last_write=ctx.last_write,
     )
     return Outcome(201, body)
 
@@ -198,7 +201,7 @@ async def update(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, data:
     priced = price_checkout(state, catalog, ctx.shop)
     status = transition(row["status"], f"recompute:{priced.status}")
     body = _render(ctx, cid, state, priced, status, row["expires_at"])
-    await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
+    await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now, last_write=ctx.last_write)
     return Outcome(200, body)
 
 
@@ -210,7 +213,9 @@ async def cancel(conn: asyncpg.Connection, ctx: CommerceContext, cid: str) -> Ou
     _modifiable(row, "cancel")
     body = dict(row["body"], status=transition(row["status"], "cancel"))
     body.pop("continue_url", None)
-    await repo.update_checkout(conn, cid, status=body["status"], state=row["state"], body=body, now=ctx.now)
+    await repo.update_checkout(
+        conn, cid, status=body["status"], state=row["state"], body=body, now=ctx.now, last_write=ctx.last_write
+    )
     return Outcome(200, body)
 
 
