@@ -84,7 +84,8 @@ async def test_a_failing_deferred_write_rolls_everything_back(shop, database, db
     assert await _products(database, shop) == ["w6"]
 
 
-def test_deferred_sql_may_hold_numbered_parameters_only():
+def test_deferred_sql_may_hold_numbered_parameters_only_and_no_returning():
     assert _shift_params("UPDATE t SET a = $1 WHERE b = $12", 12) == "UPDATE t SET a = $13 WHERE b = $24"
-    with pytest.raises(ValueError):
-        _shift_params("DO $$ BEGIN END $$", 12)
+    for bad in ("DO $$ BEGIN END $$", "UPDATE t SET a = $1 RETURNING a"):
+        with pytest.raises(ValueError):
+            _shift_params(bad, 12)

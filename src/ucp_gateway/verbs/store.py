@@ -118,12 +118,14 @@ async def append_and_finish_key(
     args = append_args(company_id, entry)
     head, extra = "", ()
     if write is not None:
-        head, extra = "WITH w AS (" + _shift_params(write[0], 12) + "),", write[1]
+        head, extra = "WITH w AS (" + _shift_params(write[0], 12) + " RETURNING 1),", write[1]
     row = await conn.fetchrow(
         # the entry travels once, as the canonical text the chain hashes ($7), stored as its jsonb
         (head or "WITH") + " a AS (SELECT audit_id, seq FROM"
-        "  verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::text::jsonb, $7::text)),"
-        " f AS (UPDATE verb_idempotency i SET audit_id = a.audit_id, envelope = CASE WHEN $12::boolean"
+        "  verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::text::jsonb, $7::text)"
+        # a one-time filter: the handler's write runs to completion before the append locks the head
+        + (" WHERE (SELECT count(*) FROM w) >= 0" if head else "")
+        + "), f AS (UPDATE verb_idempotency i SET audit_id = a.audit_id, envelope = CASE WHEN $12::boolean"
         "   THEN jsonb_set(jsonb_set($11::jsonb, '{audit_id}', to_jsonb(a.audit_id)), '{result,audit_id}',"
         "     to_jsonb(a.audit_id))"
         "   ELSE jsonb_set($11::jsonb, '{audit_id}', to_jsonb(a.audit_id)) END"
@@ -149,8 +151,8 @@ _PARAM = re.compile(r"\$(\d+)")
 @functools.lru_cache(maxsize=64)
 def _shift_params(sql: str, by: int) -> str:
     """``sql`` with ``$n`` renumbered ``$(n+by)``; refuses any other ``$`` (dollar quotes)."""
-    if sql.count("$") != len(_PARAM.findall(sql)):
-        raise ValueError("a deferred write may hold $n parameters only")
+    if sql.count("$") != len(_PARAM.findall(sql)) or re.search(r"\bRETURNING\b", sql, re.I):
+        raise ValueError("a deferred write may hold $n parameters only, and no RETURNING")
     return _PARAM.sub(lambda m: f"${int(m.group(1)) + by}", sql)
 
 
