@@ -8,7 +8,9 @@ Two gateway configurations, each in its own process (its own event loop) on the 
 
 Each buyer agent has its own EC P-256 key and platform profile (served by this process on
 127.0.0.1) and loops: create (1 item) -> update (shipping destination + option, code 10OFF) ->
-complete (demo payment token). All buyers buy the same item (one hot inventory row). The gateway
+complete (demo payment token), each on its own keep-alive connection through a minimal HTTP/1.1
+client (the load generator shares the 2 cores, so it must be cheap). All buyers buy the same item
+(one hot inventory row). The gateway
 runs as in production apart from http profile URLs (development mode): pool of 10, logging at
 error level, output shape checks off. The webhook worker is off (delivery is asynchronous).
 
@@ -52,7 +54,6 @@ import time
 import uuid
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -148,20 +149,60 @@ async def _platform(buyers: list[Buyer], port: int) -> web.AppRunner:
     return runner
 
 
-async def _flow(
-    s: aiohttp.ClientSession, b: Buyer, base: str, authority: str, sign: bool, lat: list, pace=None
-) -> bool:
+class Connection:
+    """A minimal keep-alive HTTP/1.1 client on one asyncio stream (the load generator shares the
+    2 cores with the gateway and PostgreSQL, so it must be cheap: aiohttp's client costs ~1 ms of
+    CPU per request here, this one a fraction of it). Reconnects after a connection is closed."""
+
+    def __init__(self, port: int, authority: str):
+        self.port, self.authority = port, authority
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, headers: dict, body: bytes) -> tuple[int, bytes]:
+        """Send one request; returns (status, body). Only Content-Length responses (all the gateway sends)."""
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.authority}", f"Content-Length: {len(body)}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        try:
+            head = await self.reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.close()
+            raise
+        status, length, close = int(head[9:12]), None, False
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"connection" and value.strip().lower() == b"close":
+                close = True
+            elif name == b"transfer-encoding":
+                raise RuntimeError("chunked response: not supported by the bench client")
+        data = await self.reader.readexactly(length) if length else b""
+        if close:
+            self.close()
+        return status, data
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def _flow(c: Connection, b: Buyer, authority: str, sign: bool, lat: list, pace=None) -> bool:
     async def call(method, path, body=None, key=None):
         if pace is not None:
             await pace()  # think time
         raw = json.dumps(body).encode() if body is not None else b""
         h = b.headers(method, authority, path, raw, key, sign)
         t0 = time.perf_counter()
-        async with s.request(method, base + path, data=raw or None, headers=h) as r:
-            data = await r.read()
+        status, data = await c.request(method, path, h, raw)
         lat.append(time.perf_counter() - t0)
-        if r.status >= 300:
-            raise RuntimeError(f"{method} {path} -> {r.status} {data[:200]!r}")
+        if status >= 300:
+            raise RuntimeError(f"{method} {path} -> {status} {data[:200]!r}")
         return json.loads(data)
 
     items = [{"item": {"id": "pot_ceramic"}, "quantity": 1}]
@@ -258,49 +299,48 @@ async def _load(
     the offered load is ``rate`` flows/s in all (think time = the rest of its slot; a request that
     is late is sent at once, without a burst to catch up).
     """
-    base, authority = f"http://127.0.0.1:{port}", f"127.0.0.1:{port}"
+    authority = f"127.0.0.1:{port}"
     lat: list[float] = []
     flows = errors = 0
     measuring = False
     stop = time.perf_counter() + warmup + seconds
     slot = len(buyers) / rate / 3 if rate else 0.0  # seconds between one buyer's requests
-    conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn) as s:
 
-        async def worker(i: int, b: Buyer):
-            nonlocal flows, errors
-            pace = None
-            if slot:
-                await asyncio.sleep(slot * 3 * i / len(buyers))  # spread the buyers over one flow's slot
-                nxt = time.perf_counter()
+    async def worker(i: int, b: Buyer):
+        nonlocal flows, errors
+        c = Connection(port, authority)
+        pace = None
+        if slot:
+            await asyncio.sleep(slot * 3 * i / len(buyers))  # spread the buyers over one flow's slot
+            nxt = time.perf_counter()
 
-                async def pace():
-                    nonlocal nxt
-                    delay = nxt - time.perf_counter()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                    nxt = max(nxt, time.perf_counter()) + slot
+            async def pace():
+                nonlocal nxt
+                delay = nxt - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                nxt = max(nxt, time.perf_counter()) + slot
 
-            while time.perf_counter() < stop:
-                mine: list[float] = []
-                try:
-                    ok = await _flow(s, b, base, authority, sign, mine, pace)
-                except Exception as exc:
-                    errors += 1
-                    if errors < 4:
-                        print("  error:", str(exc)[:300], file=sys.stderr)
-                    continue
-                if measuring and time.perf_counter() < stop:
-                    flows += ok
-                    lat.extend(mine)
+        while time.perf_counter() < stop:
+            mine: list[float] = []
+            try:
+                ok = await _flow(c, b, authority, sign, mine, pace)
+            except Exception as exc:
+                errors += 1
+                if errors < 4:
+                    print("  error:", str(exc)[:300], file=sys.stderr)
+                continue
+            if measuring and time.perf_counter() < stop:
+                flows += ok
+                lat.extend(mine)
 
-        tasks = [asyncio.create_task(worker(i, b)) for i, b in enumerate(buyers)]
-        await asyncio.sleep(warmup)
-        measuring = True
-        cpu0 = [_cpu_seconds(p) for p in cpu_pids] + [time.process_time()]
-        waits = await _sample_waits(waits_dsn, seconds) if waits_dsn else await asyncio.sleep(seconds)
-        cpu1 = [_cpu_seconds(p) for p in cpu_pids] + [time.process_time()]
-        await asyncio.gather(*tasks)
+    tasks = [asyncio.create_task(worker(i, b)) for i, b in enumerate(buyers)]
+    await asyncio.sleep(warmup)
+    measuring = True
+    cpu0 = [_cpu_seconds(p) for p in cpu_pids] + [time.process_time()]
+    waits = await _sample_waits(waits_dsn, seconds) if waits_dsn else await asyncio.sleep(seconds)
+    cpu1 = [_cpu_seconds(p) for p in cpu_pids] + [time.process_time()]
+    await asyncio.gather(*tasks)
     lat.sort()
     done = max(flows, 1)
     return {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from ucp_gateway.errors import BadRequest, Conflict
@@ -113,6 +115,18 @@ async def test_host_cache_serves_from_cache_within_ttl(database):
     assert (await cache.resolve(database.pool, "late.example")).slug == "late"
     zero = HostCache(ttl=0)
     assert (await zero.resolve(database.pool, "LATE.example")).slug == "late"
+
+
+async def test_host_cache_concurrent_misses_share_one_lookup(database):
+    await create_company(database.pool, slug="busy", display_name="Busy", hostnames=["busy.example"])
+    cache = HostCache(ttl=60)
+    assert cache.cached("busy.example") is HostCache.MISS
+    found = await asyncio.gather(*(cache.resolve(database.pool, "busy.example") for _ in range(20)))
+    assert all(c is found[0] for c in found) and found[0].slug == "busy"  # one query built one Company
+    assert cache.cached("busy.example") is found[0]
+    zero = HostCache(ttl=0)  # no caching asked for: each request reads the database itself
+    found = await asyncio.gather(*(zero.resolve(database.pool, "busy.example") for _ in range(3)))
+    assert len({id(c) for c in found}) == 3 and zero.cached("busy.example") is HostCache.MISS
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,17 @@ from .config import Settings
 from .db import Database
 from .db.database import connect_database
 from .discovery.web import setup as discovery_setup
-from .middleware import ACCESS_LOG, ACCESS_LOG_ON, HOST_CACHE, foundation_middleware, json_error
+from .middleware import (
+    ACCESS_LOG,
+    ACCESS_LOG_ON,
+    FOUNDATION,
+    HOST_CACHE,
+    PATH_WRAPPERS,
+    PUBLIC_FAST_PATHS,
+    Foundation,
+    foundation_middleware,
+    json_error,
+)
 from .tenancy import HostCache
 from .transports.web import setup as transports_setup
 from .verbs.web import setup as verbs_setup
@@ -95,11 +105,21 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock or SystemClock()
-    app[HOST_CACHE] = HostCache(ttl=settings.host_cache_ttl)
     access_log = structlog.get_logger("ucp_gateway.http").bind()
+    state = Foundation(
+        host_cache=HostCache(ttl=settings.host_cache_ttl),
+        access_log=access_log,
+        # filtering loggers know their level: when info is filtered out, skip the access-log work entirely
+        log_on=getattr(access_log, "is_enabled_for", lambda level: True)(logging.INFO),
+        wrappers={},  # path -> wrapper around the foundation layer (transports: /ucp/mcp)
+        fast_paths={},  # path -> cached public answer before subsystem middlewares (discovery)
+    )
+    app[FOUNDATION] = state  # the middleware's one lookup; the keys below name the same objects
+    app[HOST_CACHE] = state.host_cache
     app[ACCESS_LOG] = access_log
-    # filtering loggers know their level: when info is filtered out, skip the access-log work entirely
-    app[ACCESS_LOG_ON] = getattr(access_log, "is_enabled_for", lambda level: True)(logging.INFO)
+    app[ACCESS_LOG_ON] = state.log_on
+    app[PATH_WRAPPERS] = state.wrappers
+    app[PUBLIC_FAST_PATHS] = state.fast_paths
     if database is not None:
         app[DATABASE] = database
     else:

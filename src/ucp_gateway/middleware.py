@@ -4,6 +4,18 @@ Errors are mapped to the wire in exactly one place (:func:`foundation_middleware
 :class:`~ucp_gateway.errors.GatewayError` becomes ``{"code", "content"}`` with its status; an
 aiohttp HTTP error keeps its status with a JSON body; anything else is logged with the request id and
 answered with a generic 500 that carries no stack trace.
+
+Two per-path hooks let subsystems act on their own paths without an aiohttp middleware layer that
+every request of every path would pay for (``create_app`` makes both dicts; a subsystem adds entries
+in its ``setup``):
+
+- ``app[PATH_WRAPPERS][path]``: ``async (request, call) -> response``, run OUTSIDE this layer (around
+  request id, error mapping and every subsystem middleware) for requests to exactly ``path``;
+  ``call(request)`` runs the rest. The MCP binding rewrites REST-shaped errors into JSON-RPC here.
+- ``app[PUBLIC_FAST_PATHS][path]``: ``(request) -> response | None``, sync, called after tenancy and
+  before the subsystem middlewares. It answers a public document from a cache, or returns None and
+  the request takes the full path. It must answer byte-for-byte what the full path would, so it may
+  answer only requests that no subsystem middleware would act on (discovery's ``/.well-known/ucp``).
 """
 
 from __future__ import annotations
@@ -12,17 +24,35 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 
-import structlog
 from aiohttp import web
 
 from .appkeys import DATABASE, REQ_COMPANY, REQ_REQUEST_ID
 from .errors import BadRequest, GatewayError
+from .logs import REQUEST_ID_VAR
 from .tenancy import HostCache
 
-__all__ = ["ACCESS_LOG", "ACCESS_LOG_ON", "HOST_CACHE", "foundation_middleware", "json_error"]
+__all__ = [
+    "ACCESS_LOG",
+    "ACCESS_LOG_ON",
+    "FOUNDATION",
+    "HOST_CACHE",
+    "PATH_WRAPPERS",
+    "PUBLIC_FAST_PATHS",
+    "FastPath",
+    "Foundation",
+    "PathWrapper",
+    "foundation_middleware",
+    "json_error",
+]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PathWrapper = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+FastPath = Callable[[web.Request], "web.StreamResponse | None"]
+PATH_WRAPPERS = web.AppKey("path_wrappers", dict[str, PathWrapper])
+PUBLIC_FAST_PATHS = web.AppKey("public_fast_paths", dict[str, FastPath])
+_WRAPPED = web.RequestKey("ucpgw.path_wrapped", bool)  # the path wrapper already runs around this layer
 # A concrete logger built once per app (after logging is configured): resolving structlog's lazy
 # proxy on every request costs more than the rest of the middleware chain.
 ACCESS_LOG = web.AppKey("access_log", object)
@@ -49,9 +79,61 @@ def json_error(status: int, code: str, content: str, headers: dict[str, str] | N
     return web.json_response({"code": code, "content": content}, status=status, headers=headers)
 
 
-def _new_request_id() -> str:
-    """32 random hex digits (as ``uuid4().hex`` long; one ``getrandom`` call, no UUID object)."""
-    return os.urandom(16).hex()
+class _RandomIds:
+    """32 random hex digits per id (as ``uuid4().hex`` long), cut from a 4 KiB ``os.urandom`` buffer:
+    one ``getrandom`` call per 256 ids. A forked child starts with a fresh buffer (no shared ids)."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.pos = 0
+
+    def reset(self) -> None:
+        self.buf = b""
+        self.pos = 0
+
+    def next(self) -> str:
+        pos = self.pos
+        if pos >= len(self.buf):
+            self.buf = os.urandom(4096)
+            pos = 0
+        self.pos = pos + 16
+        return self.buf[pos : pos + 16].hex()
+
+
+_IDS = _RandomIds()
+os.register_at_fork(after_in_child=_IDS.reset)
+_new_request_id = _IDS.next
+
+
+class Foundation:
+    """The foundation layer's per-app state, read with ONE app lookup per request.
+
+    ``create_app`` builds it and also publishes each part under its own key (``HOST_CACHE``,
+    ``ACCESS_LOG``, ``ACCESS_LOG_ON``, ``PATH_WRAPPERS``, ``PUBLIC_FAST_PATHS``): the same objects,
+    so a subsystem that adds a path wrapper or fast path through those keys is seen here.
+    """
+
+    __slots__ = ("access_log", "fast_paths", "host_cache", "log_on", "wrappers")
+
+    def __init__(
+        self,
+        host_cache: HostCache,
+        access_log: object,
+        log_on: bool,
+        wrappers: dict[str, PathWrapper],
+        fast_paths: dict[str, FastPath],
+    ):
+        self.host_cache = host_cache
+        self.access_log = access_log
+        self.log_on = log_on
+        self.wrappers = wrappers
+        self.fast_paths = fast_paths
+
+
+FOUNDATION = web.AppKey("foundation", Foundation)
+_MISS = HostCache.MISS
 
 
 def _map_error(request: web.Request, exc: Exception) -> web.Response:
@@ -85,28 +167,44 @@ async def foundation_middleware(request: web.Request, handler: Handler) -> web.S
     3. ``Host`` -> company (``request[REQ_COMPANY]``; None = platform node) through the host cache.
        Health probes skip the lookup so ``/healthz`` works while the database is down.
 
+    Before 1, a wrapper in ``app[PATH_WRAPPERS]`` for this path runs around all of it; between 3 and
+    the handler, a ``app[PUBLIC_FAST_PATHS]`` entry may answer a cached public document (module doc).
+
     One layer instead of three: each aiohttp middleware costs a partial call and a coroutine per
     request, which showed in the discovery benchmark (issue 4).
     """
+    app = request.app
+    state = app[FOUNDATION]
+    path = request.path
+    if path in state.wrappers and _WRAPPED not in request:
+        request[_WRAPPED] = True
+        return await state.wrappers[path](request, partial(foundation_middleware, handler=handler))
     incoming = request.headers.get("Request-Id")
     rid = incoming if incoming and _SAFE_ID.match(incoming) else _new_request_id()
     request[REQ_REQUEST_ID] = rid
-    tokens = structlog.contextvars.bind_contextvars(request_id=rid)
-    app = request.app
-    log_on = app[ACCESS_LOG_ON]
+    # one ContextVar read by the logging processor (logs.add_request_id): cheaper than structlog's
+    # bind_contextvars/reset_contextvars pair on every request, and the same request_id on every line
+    token = REQUEST_ID_VAR.set(rid)
+    log_on = state.log_on
     start = time.perf_counter() if log_on else 0.0
     status = 500
     try:
         try:
-            path = request.path
             if "\x00" in path or "\x00" in request.query_string:
                 # %00 decodes to U+0000, which no PostgreSQL text column can hold: refuse it here
                 raise BadRequest("the request target must not contain %00")
             if path == "/healthz" or path == "/readyz":
                 request[REQ_COMPANY] = None
             else:
-                request[REQ_COMPANY] = await app[HOST_CACHE].resolve(app[DATABASE].pool, request.host)
-            response = await handler(request)
+                host = request.host
+                company = state.host_cache.cached(host)  # a hit costs no coroutine
+                if company is _MISS:
+                    company = await state.host_cache.resolve(app[DATABASE].pool, host)
+                request[REQ_COMPANY] = company  # type: ignore[assignment]
+            fast = state.fast_paths.get(path)
+            response = fast(request) if fast is not None else None
+            if response is None:
+                response = await handler(request)
         except Exception as exc:  # mapped (or re-raised) by the one error mapper
             response = _map_error(request, exc)
         status = response.status
@@ -118,11 +216,11 @@ async def foundation_middleware(request: web.Request, handler: Handler) -> web.S
         raise
     finally:
         if log_on:
-            app[ACCESS_LOG].info(  # type: ignore[attr-defined]
+            state.access_log.info(  # type: ignore[attr-defined]
                 "request",
                 method=request.method,
-                path=request.path,
+                path=path,
                 status=status,
                 duration_ms=round((time.perf_counter() - start) * 1000, 2),
             )
-        structlog.contextvars.reset_contextvars(**tokens)
+        REQUEST_ID_VAR.reset(token)

@@ -7,6 +7,7 @@ host is case-insensitive).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -251,26 +252,55 @@ class HostCache:
 
     A short TTL keeps the per-request cost of tenancy at a dict lookup while changes to a company
     (new hostname, new signature policy) take effect within ``ttl`` seconds on every replica.
+    Concurrent misses for one Host share one database lookup (with ``ttl`` > 0), so an expiring
+    entry under load costs one query, not one per waiting request; no answer is older than ``ttl``.
     """
+
+    MISS = object()  #: what :meth:`cached` returns when the Host needs a lookup
 
     def __init__(self, ttl: float = 2.0, max_entries: int = 10_000):
         self.ttl = ttl
         self.max_entries = max_entries
         self._entries: dict[str, tuple[float, Company | None]] = {}
+        self._inflight: dict[str, asyncio.Future[Company | None]] = {}
+
+    def cached(self, host: str | None) -> Company | object | None:
+        """The company (None = platform node) while the entry for ``host`` is fresh, else
+        :attr:`MISS`. Synchronous: the per-request hit costs no coroutine."""
+        hit = self._entries.get(host or "")
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        return self.MISS
 
     async def resolve(self, pool: asyncpg.Pool, host: str | None) -> Company | None:
         """Like :func:`resolve_host`, through the cache (keyed by the Host as received, so a hit
-        costs no normalising; every spelling resolves through :func:`normalize_host`)."""
+        costs no normalising; every spelling resolves through :func:`normalize_host`).
+        Raises what :func:`resolve_host` raises (database errors) to every request sharing the lookup."""
         key = host or ""
-        now = time.monotonic()
         hit = self._entries.get(key)
-        if hit is not None and hit[0] > now:
+        if hit is not None and hit[0] > time.monotonic():
             return hit[1]
+        if self.ttl <= 0:  # no caching asked for: every request reads the database itself
+            return await self._lookup(pool, key)
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._lookup(pool, key))
+            self._inflight[key] = task
+            task.add_done_callback(lambda t: self._done(key, t))
+        return await asyncio.shield(task)  # a cancelled request does not cancel the others' lookup
+
+    async def _lookup(self, pool: asyncpg.Pool, key: str) -> Company | None:
+        start = time.monotonic()  # the answer's age counts from before the query
         company = await resolve_host(pool, normalize_host(key))
         if len(self._entries) >= self.max_entries:
             self._entries.clear()  # bounded memory; a burst of junk Host headers cannot grow it
-        self._entries[key] = (now + self.ttl, company)
+        self._entries[key] = (start + self.ttl, company)
         return company
+
+    def _done(self, key: str, task: asyncio.Future[Company | None]) -> None:
+        self._inflight.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here too: every waiter may have gone
 
     def clear(self) -> None:
         self._entries.clear()

@@ -92,7 +92,7 @@ async def test_lock_priced_after_a_lock_wait_prices_the_committed_state(database
 
 
 async def test_checkout_bodies_of_a_few_kb_are_stored_uncompressed(database, company):
-    """Migrations 0033/0041: rows up to a page stay in line without pglz (database CPU)."""
+    """Migrations 0034/0041: rows up to a page stay in line without pglz (database CPU)."""
     pool = database.pool
     state = _state("bouquet_roses")
     now = datetime.now(UTC)

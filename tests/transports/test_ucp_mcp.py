@@ -106,3 +106,29 @@ async def test_blocked_verb_is_a_denial_envelope(gateway):
             "params": {"name": "customer_delete", "arguments": {"meta": PROFILE}}}  # fmt: skip
     status, body, _ = await _post(gateway, call, {"Authorization": f"Bearer {gateway.tokens['owner']}"})
     assert status == 200 and body["result"]["structuredContent"]["error"]["reason"] == "blocked_verb"
+
+
+async def test_errors_from_outer_layers_keep_their_shapes(gateway):
+    """The MCP error rewrite wraps the foundation layer on /ucp/mcp only (``app[PATH_WRAPPERS]``):
+    errors raised before any handler (the %00 refusal, the trust middleware) are JSON-RPC there, with
+    the Request-Id kept, and stay REST-shaped ``{"code","content"}`` on every other path."""
+    ping = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"})
+    headers = {"Content-Type": "application/json", "Request-Id": "outer-1"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(gateway.url + "/ucp/mcp?x=%00", data=ping, headers=headers) as resp:
+            body = await resp.json()
+            assert resp.status == 400 and resp.headers["Request-Id"] == "outer-1"
+            assert body["jsonrpc"] == "2.0" and body["id"] == 7 and body["error"]["data"]["code"] == "invalid_request"
+        async with http.post(gateway.url + "/ucp/mcp", data=ping, headers={**headers, "UCP-Agent": "x"}) as resp:
+            body = await resp.json()
+            assert resp.status == 400 and resp.headers["Request-Id"] == "outer-1"
+            assert (
+                body["jsonrpc"] == "2.0" and body["id"] == 7 and body["error"]["data"]["code"] == "invalid_profile_url"
+            )
+        for url in ("/api/v1/agent/dispatch?x=%00", "/ucp/mcp/?x=%00"):
+            async with http.post(gateway.url + url, data=ping, headers=headers) as resp:
+                assert resp.status == 400 and resp.headers["Request-Id"] == "outer-1"
+                assert (await resp.json())["code"] == "invalid_request", url
+        async with http.get(gateway.url + "/ucp/mcp", headers=headers) as resp:  # only POST is rewritten
+            assert resp.status == 405 and resp.headers["Request-Id"] == "outer-1"
+            assert await resp.json() == {"code": "method_not_allowed", "content": "Method Not Allowed"}

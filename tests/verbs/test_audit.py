@@ -64,25 +64,123 @@ async def _superuser_edit(database, sql):
 @pytest.mark.parametrize(
     "sql,problem",
     [
-        ("UPDATE verb_audit_log SET entry = jsonb_set(entry, '{reason}', '\"ok\"') WHERE seq = 5", "row_hash"),
-        ("UPDATE verb_audit_log SET decision = 'allowed' WHERE seq = 5", "indexed columns"),
-        ("DELETE FROM verb_audit_log WHERE seq = 5", "sequence gap"),
-        ("DELETE FROM verb_audit_log WHERE seq = (SELECT max(seq) FROM verb_audit_log)", "head"),
+        ("UPDATE verb_audit_log SET entry = jsonb_set(entry, '{reason}', '\"ok\"') WHERE {row}", "row_hash"),
+        ("UPDATE verb_audit_log SET decision = 'allowed' WHERE {row}", "indexed columns"),
+        ("DELETE FROM verb_audit_log WHERE {row}", "sequence gap"),
+        ("UPDATE verb_audit_log SET lane = (lane + 1) % 16 WHERE {row}", "sequence gap"),
+        (
+            "DELETE FROM verb_audit_log WHERE lane = {lane}"
+            " AND seq = (SELECT max(seq) FROM verb_audit_log WHERE lane = {lane})",
+            "head",
+        ),
     ],
 )
 async def test_verify_detects_superuser_edit(shop, dispatcher, database, db_settings, capsys, sql, problem):
     await mixed_workload(dispatcher, shop)
     async with tenant_tx(database.pool, shop.id) as c:
-        fifth = await c.fetchval("SELECT audit_id FROM verb_audit_log WHERE seq = 5")
-    await _superuser_edit(database, sql)
+        lane = await c.fetchval("SELECT lane FROM verb_audit_log GROUP BY lane ORDER BY count(*) DESC LIMIT 1")
+        fifth = await c.fetchval("SELECT audit_id FROM verb_audit_log WHERE lane = $1 AND seq = 5", lane)
+    assert fifth is not None  # the busiest lane has at least 5 rows
+    await _superuser_edit(database, sql.replace("{row}", f"lane = {lane} AND seq = 5").replace("{lane}", str(lane)))
     async with tenant_tx(database.pool, shop.id) as c:
         rep = await verify_chain(c, shop.id)
-    assert not rep.ok and problem in rep.problem
+    assert not rep.ok and problem in rep.problem, rep
     if problem != "head":
-        assert rep.broken_audit_id in (fifth, fifth + 1) and rep.broken_seq in (5, 6)
+        assert rep.broken_seq in (5, 6) and rep.broken_audit_id is not None
+        assert rep.broken_lane in (lane, (lane + 1) % 16)
+    else:
+        assert rep.broken_lane == lane
     code = await cmd_audit_verify(argparse.Namespace(company="flower-shop", json=False), db_settings)
     out = capsys.readouterr().out
     assert code == 1 and "BROKEN" in out
+
+
+async def _lane_of(conn, subject: str) -> int:
+    return await conn.fetchval("SELECT (hashtextextended($1, 0) & 15)::int", subject)
+
+
+async def _subject(conn, prefix: str, *, lane: int, same: bool) -> str:
+    """A subject whose lane is (``same``) or is not (not ``same``) ``lane``."""
+    for i in range(500):
+        if (await _lane_of(conn, f"{prefix}-{i}") == lane) == same:
+            return f"{prefix}-{i}"
+    raise AssertionError("no such subject")
+
+
+async def _append(conn, shop, subject: str) -> int:
+    """Append one audit row for ``subject`` (through the app role, RLS on); returns its audit_id."""
+    from datetime import UTC, datetime
+
+    from ucp_gateway.verbs.audit import append, iso
+
+    entry = {
+        "at": iso(datetime.now(UTC)),
+        "verb": "x.test",
+        "decision": "allowed",
+        "status": "ok",
+        "company_id": str(shop.id),
+        "principal": {"subject": subject},
+    }
+    return (await append(conn, shop.id, entry))[0]
+
+
+async def test_lanes_spread_principals_and_verify(shop, dispatcher, database):
+    """Distinct principals land in distinct lanes (one head each); every lane verifies."""
+    await mixed_workload(dispatcher, shop)
+    for i in range(8):  # one after another: each its own transaction
+        await run(dispatcher, staff(shop, "owner", subject=f"user-{i}"), "customer.context", {"customer_id": "cust_1"})
+    async with tenant_tx(database.pool, shop.id) as c:
+        per_lane = await c.fetch("SELECT lane, count(*) AS n, max(seq) AS top FROM verb_audit_log GROUP BY lane")
+        heads = {r["lane"]: r["seq"] for r in await c.fetch("SELECT lane, seq FROM verb_audit_heads")}
+        rep = await verify_chain(c, shop.id)
+    assert len(per_lane) > 1, per_lane
+    assert {r["lane"]: r["top"] for r in per_lane} == heads and all(r["n"] == r["top"] for r in per_lane)
+    assert rep.ok and rep.rows == sum(r["n"] for r in per_lane)
+
+
+async def test_one_lane_per_transaction(shop, database):
+    """A transaction appending for two principals keeps the first one's lane (never two heads, so
+    group transactions cannot deadlock on heads); the next transaction picks its own lane."""
+    async with tenant_tx(database.pool, shop.id) as c:
+        a = "lane-test-a"
+        b = await _subject(c, "lane-test", lane=await _lane_of(c, a), same=False)
+        ids = [await _append(c, shop, a), await _append(c, shop, b)]
+    async with tenant_tx(database.pool, shop.id) as c:
+        ids.append(await _append(c, shop, b))
+        lanes = [await c.fetchval("SELECT lane FROM verb_audit_log WHERE audit_id = $1", i) for i in ids]
+        assert lanes == [await _lane_of(c, a), await _lane_of(c, a), await _lane_of(c, b)]
+        assert (await verify_chain(c, shop.id)).ok
+
+
+async def test_lanes_do_not_wait_on_each_other(shop, database):
+    """An open transaction holding one lane's head does not block an append in another lane: the
+    head lock (held through COMMIT's WAL flush) serialises only one lane."""
+    async with tenant_tx(database.pool, shop.id) as c:
+        a = "lane-wait-a"
+        b = await _subject(c, "lane-wait", lane=await _lane_of(c, a), same=False)
+        same = await _subject(c, "lane-same", lane=await _lane_of(c, a), same=True)
+    holder = database.pool.acquire()
+    conn = await holder.__aenter__()
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        await conn.execute("SELECT set_config('app.company_id', $1, true)", str(shop.id))
+        await _append(conn, shop, a)  # lane la's head is now locked until this transaction ends
+
+        async def other(subject):
+            async with tenant_tx(database.pool, shop.id) as c2:
+                await _append(c2, shop, subject)
+
+        await asyncio.wait_for(other(b), timeout=5)  # another lane: no wait
+        blocked = asyncio.create_task(other(same))
+        await asyncio.sleep(0.3)
+        assert not blocked.done()  # the same lane waits for the holder
+    finally:
+        await tx.commit()
+        await holder.__aexit__(None, None, None)
+    await asyncio.wait_for(blocked, timeout=5)
+    async with tenant_tx(database.pool, shop.id) as c:
+        assert (await verify_chain(c, shop.id)).ok
 
 
 async def test_cli_verify_intact(shop, dispatcher, db_settings, capsys):

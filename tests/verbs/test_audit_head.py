@@ -1,5 +1,5 @@
-"""Migration 0034: verb_audit_append locks the chain head and writes it once; concurrent first
-appends of a company (the head row does not exist yet) still chain without gaps."""
+"""Migration 0035: verb_audit_append locks the lane head and writes it once; concurrent first
+appends to a lane (its head row does not exist yet) still chain without gaps."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ async def test_concurrent_first_appends_chain_without_gaps(database):
             "verb": "x.n",
             "decision": "allowed",
             "status": "completed",
-            "principal": {"kind": "staff", "subject": f"s{i}", "role": "owner"},
+            "principal": {"kind": "staff", "subject": "one-subject", "role": "owner"},  # one lane
         }
         async with tenant_tx(database.pool, company.id) as conn:
             return await audit.append(conn, company.id, entry)
@@ -30,5 +30,5 @@ async def test_concurrent_first_appends_chain_without_gaps(database):
     assert sorted(seq for _, seq in got) == list(range(1, 21))
     async with tenant_tx(database.pool, company.id) as conn:
         report = await audit.verify_chain(conn, company.id)
-        head = await conn.fetchval("SELECT seq FROM verb_audit_heads")
+        head = await conn.fetchval("SELECT seq FROM verb_audit_heads")  # the one lane's head
     assert report.ok and report.rows == 20 and head == 20

@@ -22,10 +22,15 @@ from .agent_header import parse_ucp_agent
 from .errors import ProfileNotTrusted
 from .partners import AgentRole, role_for_agent
 
-__all__ = ["REQ_AGENT_ROLE", "TrustCache", "trust_middleware"]
+__all__ = ["REQ_AGENT_ROLE", "TrustCache", "trust_exempt", "trust_middleware"]
 
 REQ_AGENT_ROLE = web.RequestKey("ucpgw.agent_role", AgentRole)  # AgentRole of the UCP-Agent profile
 _EXEMPT = ("/.well-known/", "/admin/", "/healthz", "/readyz")
+
+
+def trust_exempt(path: str) -> bool:
+    """True when :func:`trust_middleware` never acts on ``path`` (public documents, admin, health)."""
+    return path.startswith(_EXEMPT)
 
 
 class TrustCache:
@@ -66,7 +71,7 @@ async def trust_middleware(
     mode for an unregistered profile, else ``request[REQ_AGENT_ROLE]`` is set."""
     company = request.get(REQ_COMPANY)
     header = request.headers.get("UCP-Agent")
-    if company is None or header is None or request.path.startswith(_EXEMPT):
+    if company is None or header is None or trust_exempt(request.path):
         return await handler(request)
     settings = request.app[SETTINGS]
     hosts = frozenset(h.lower() for h in settings.dev_profile_hosts) if settings.dev_mode else frozenset()

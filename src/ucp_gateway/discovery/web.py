@@ -2,8 +2,10 @@
 
 Hosting rules (UCP overview "Profile Requirements -> Hosting"): never a redirect;
 ``Cache-Control: public, max-age=N`` with N >= 60; a strong ETag and ``If-None-Match`` -> 304. A
-rendered profile is kept per Host for ``profile_render_ttl`` seconds, so the hot path is a dict
-lookup and a byte copy.
+rendered profile is kept per Host for ``profile_render_ttl`` seconds with its ETag and response
+headers, so the hot path is a dict lookup and one Response. Behind ``create_app`` a fresh profile is
+answered from the foundation layer (``app[PUBLIC_FAST_PATHS]``, :func:`public_fast_path`) without the
+trust and signature middlewares, for requests those middlewares would not act on.
 
 Wiring: ``setup`` sets ``app[KEY_RESOLVER]`` (httpsig) to the profile fetcher and takes the company's
 keys from ``ucp_gateway.keys.published_jwks``. Other parts plug in with one line before start:
@@ -27,12 +29,14 @@ from uuid import UUID
 import asyncpg
 import structlog
 from aiohttp import web
+from multidict import CIMultiDict
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
 from ..config import Settings
 from ..errors import ConfigError, GatewayError
 from ..httpsig.web import KEY_RESOLVER
 from ..keys import published_jwks
+from ..middleware import PUBLIC_FAST_PATHS
 from ..tenancy import Company, list_companies, list_subagents, normalize_host, public_origin, resolve_host
 from .builder import (
     CompanyLink,
@@ -48,7 +52,7 @@ from .builder import (
 )
 from .caching import etag_matches, make_etag
 from .fetcher import ProfileFetcher
-from .trust import TRUST_CACHE, TrustCache, trust_middleware
+from .trust import TRUST_CACHE, TrustCache, trust_exempt, trust_middleware
 from .vendor_docs import schema_document, spec_document
 
 __all__ = [
@@ -58,6 +62,7 @@ __all__ = [
     "SUBAGENT_PROVIDER",
     "VENDOR",
     "company_profile_document",
+    "public_fast_path",
     "setup",
 ]
 
@@ -84,11 +89,27 @@ def _origin(settings: Settings, host: str) -> str:
     return public_origin(settings.public_scheme, host, settings.public_port)
 
 
-def _hosted(request: web.Request, body: bytes, etag: str, content_type: str, max_age: int) -> web.Response:
-    headers = {"Cache-Control": f"public, max-age={max_age}", "ETag": etag}
+def _hosting_headers(etag: str, max_age: int, content_type: str | None = None) -> CIMultiDict[str]:
+    """``Cache-Control: public, max-age=N``, ``ETag`` and (for a 200) ``Content-Type``, in that order."""
+    headers = CIMultiDict((("Cache-Control", f"public, max-age={max_age}"), ("ETag", etag)))
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    return headers
+
+
+def _hosted(
+    request: web.Request,
+    body: bytes,
+    etag: str,
+    content_type: str,
+    max_age: int,
+    headers: CIMultiDict[str] | None = None,
+) -> web.Response:
+    """200 with ``body`` (``headers``: a prebuilt ``_hosting_headers(etag, max_age, content_type)``,
+    copied by aiohttp), or 304 when ``If-None-Match`` matches ``etag`` (RFC 9110 §13.1.2)."""
     if etag_matches(request.headers.get("If-None-Match"), etag):
-        return web.Response(status=304, headers=headers)
-    return web.Response(body=body, headers=headers, content_type=content_type)
+        return web.Response(status=304, headers=_hosting_headers(etag, max_age))
+    return web.Response(body=body, headers=headers or _hosting_headers(etag, max_age, content_type))
 
 
 async def company_profile_document(app: web.Application, company: Company, origin: str) -> dict[str, Any]:
@@ -129,6 +150,27 @@ async def _graph_page(app: web.Application, host: str, after: str | None) -> dic
     return agent_graph_page(links, next_url=next_url, page_url=pages)
 
 
+class _Entry:
+    """One rendered profile: its bytes, strong ETag, freshness deadline (monotonic seconds) and the
+    200 response headers for the ``max_age`` they were built with (rebuilt if the setting changes)."""
+
+    __slots__ = ("body", "etag", "expires", "headers", "max_age")
+
+    def __init__(self, expires: float, body: bytes, etag: str):
+        self.expires = expires
+        self.body = body
+        self.etag = etag
+        self.max_age = -1
+        self.headers: CIMultiDict[str] | None = None
+
+    def response(self, request: web.Request, max_age: int) -> web.Response:
+        """The hosted answer (200 or 304) with ``Cache-Control: public, max-age={max_age}``."""
+        if self.max_age != max_age or self.headers is None:
+            self.headers = _hosting_headers(self.etag, max_age, JSON)
+            self.max_age = max_age
+        return _hosted(request, self.body, self.etag, JSON, max_age, self.headers)
+
+
 class _Rendered:
     """Rendered profiles per Host: fresh for ``ttl`` seconds, then served stale while ONE background
     task re-renders (no stampede of DB reads when an entry expires under load). Bounded LRU."""
@@ -136,41 +178,41 @@ class _Rendered:
     def __init__(self, ttl: float, capacity: int = 1024):
         self.ttl = ttl
         self.capacity = capacity
-        self._entries: OrderedDict[str, tuple[float, bytes, str]] = OrderedDict()
-        self._inflight: dict[str, asyncio.Task[tuple[bytes, str]]] = {}
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._inflight: dict[str, asyncio.Task[_Entry]] = {}
 
-    def fresh(self, key: str) -> tuple[bytes, str] | None:
+    def fresh(self, key: str) -> _Entry | None:
         """The entry for ``key`` while it is fresh, else None (the hot path: no closure, no task)."""
         hit = self._entries.get(key)
-        if hit is not None and time.monotonic() < hit[0]:
-            return hit[1], hit[2]
+        if hit is not None and time.monotonic() < hit.expires:
+            return hit
         return None
 
-    async def get(self, key: str, render: Callable[[], Awaitable[bytes]]) -> tuple[bytes, str]:
+    async def get(self, key: str, render: Callable[[], Awaitable[bytes]]) -> _Entry:
         hit = self._entries.get(key)
         if hit is not None:
-            if time.monotonic() >= hit[0] and key not in self._inflight:
+            if time.monotonic() >= hit.expires and key not in self._inflight:
                 self._start(key, render)
-            return hit[1], hit[2]
+            return hit
         task = self._inflight.get(key) or self._start(key, render)
         return await asyncio.shield(task)
 
-    def _start(self, key: str, render: Callable[[], Awaitable[bytes]]) -> asyncio.Task[tuple[bytes, str]]:
-        async def run() -> tuple[bytes, str]:
+    def _start(self, key: str, render: Callable[[], Awaitable[bytes]]) -> asyncio.Task[_Entry]:
+        async def run() -> _Entry:
             body = await render()
-            etag = make_etag(body)
-            self._entries[key] = (time.monotonic() + self.ttl, body, etag)
+            entry = _Entry(time.monotonic() + self.ttl, body, make_etag(body))
+            self._entries[key] = entry
             self._entries.move_to_end(key)
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
-            return body, etag
+            return entry
 
         task = asyncio.ensure_future(run())
         self._inflight[key] = task
         task.add_done_callback(lambda t: self._done(key, t))
         return task
 
-    def _done(self, key: str, task: asyncio.Task[tuple[bytes, str]]) -> None:
+    def _done(self, key: str, task: asyncio.Task[_Entry]) -> None:
         self._inflight.pop(key, None)
         if not task.cancelled() and task.exception() is not None:
             _log.warning("profile_render_failed", host=key, error=type(task.exception()).__name__)
@@ -187,7 +229,7 @@ async def _render_document(app: web.Application, host: str, company: Company | N
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-async def _render(app: web.Application, request: web.Request) -> tuple[bytes, str]:
+async def _render(app: web.Application, request: web.Request) -> _Entry:
     # keyed by the Host as received, so a hit needs no normalising; rendered with the lower-cased
     # host (case-insensitive, RFC 9110 §4.2.3), so every spelling gets the same bytes
     key = request.host
@@ -227,7 +269,47 @@ async def well_known_ucp(request: web.Request) -> web.Response:
         if not _valid_host(request.host):
             return _bad_host()
         hit = await _render(app, request)
-    return _hosted(request, hit[0], hit[1], JSON, app[SETTINGS].profile_max_age)
+    return hit.response(request, app[SETTINGS].profile_max_age)
+
+
+_SIGNATURE_HEADERS = ("Signature", "Signature-Input", "Accept-Signature")
+
+
+def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.Request], web.Response | None]:
+    """The ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]`` entry: ``(request) -> response | None``.
+
+    It answers the fresh cached profile from the foundation layer (after request id and tenancy,
+    before the trust and signature middlewares), or returns None for the full path. Fail closed: it
+    answers only when the full path would give the same bytes:
+
+    - the router matched :func:`well_known_ucp` (GET or HEAD of this path; 404/405 take the full path);
+    - no request body (the signature middleware reads one: 413 too large, 408 too slow);
+    - no ``Signature``, ``Signature-Input`` or ``Accept-Signature`` header (signature material goes
+      the full path even where the path is exempt, so a policy change cannot be skipped here);
+    - the path is exempt from trust (``UCP-Agent`` is never acted on there) and, in the current
+      settings, from signature verification (``httpsig_exempt_prefixes`` is read per request);
+    - the rendered profile for this Host is fresh (a miss or an invalid Host takes the full path).
+
+    The answer is built by the same code as :func:`well_known_ucp`'s, so status, headers and body
+    are identical; the foundation layer adds ``Request-Id`` to both alike.
+    """
+
+    def fast_path(request: web.Request) -> web.Response | None:
+        if request.match_info.handler is not well_known_ucp or request.body_exists:
+            return None
+        headers = request.headers
+        for name in _SIGNATURE_HEADERS:
+            if name in headers:
+                return None
+        path = request.path
+        if not trust_exempt(path) or not path.startswith(tuple(settings.httpsig_exempt_prefixes)):
+            return None
+        hit = rendered.fresh(request.host)
+        if hit is None:
+            return None
+        return hit.response(request, settings.profile_max_age)
+
+    return fast_path
 
 
 async def agent_graph(request: web.Request) -> web.Response:
@@ -276,7 +358,7 @@ def setup(app: web.Application) -> None:
     fetcher = ProfileFetcher(settings, clock=app[CLOCK] if CLOCK in app else None)
     app[PROFILE_FETCHER] = fetcher
     app[KEY_RESOLVER] = fetcher  # the signature middleware resolves caller keys through the fetcher
-    app[_RENDERED] = _Rendered(settings.profile_render_ttl)
+    rendered = app[_RENDERED] = _Rendered(settings.profile_render_ttl)
     if KEYS_PROVIDER not in app:
         app[KEYS_PROVIDER] = published_jwks  # pending + active + rotating (ucp_gateway.keys)
     if SUBAGENT_PROVIDER not in app:
@@ -289,6 +371,8 @@ def setup(app: web.Application) -> None:
         app[PAYMENT_HANDLERS_PROVIDER] = demo_handlers
     base = urlsplit(vendor.base_url).path.rstrip("/")
     app.router.add_get("/.well-known/ucp", well_known_ucp)
+    if PUBLIC_FAST_PATHS in app:  # behind create_app's foundation middleware
+        app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = public_fast_path(rendered, settings)
     app.router.add_get("/ucp/agent-graph", agent_graph)
     app.router.add_get(base + "/specification/{name}", _document_handler("spec"))
     app.router.add_get(base + "/schemas/{name}.json", _document_handler("schema"))

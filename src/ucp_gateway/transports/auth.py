@@ -21,15 +21,14 @@ from dataclasses import replace
 from typing import Any
 
 import asyncpg
-from aiohttp import web
 
-from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY
+from ..appkeys import REQ_PRINCIPAL, REQ_RAW_BODY
 from ..errors import BadRequest
 from ..jsonbody import InvalidJson, loads_strict
 from ..verbs.auth import Authenticator
 from ..verbs.policy import Principal, RiskClass
 
-__all__ = ["REMOTE_SURFACES", "SURFACE_HEADER", "dispatch_principal_middleware", "remote_authenticator"]
+__all__ = ["REMOTE_SURFACES", "SURFACE_HEADER", "remote_authenticator"]
 
 SURFACE_HEADER = "Verb-Surface"
 REMOTE_SURFACES: tuple[str, ...] = ("http", "cli", "mcp_stdio")
@@ -84,22 +83,3 @@ def remote_authenticator(base: Authenticator, registry) -> Authenticator:
         return None
 
     return authenticate
-
-
-DISPATCH_PATH = "/api/v1/agent/dispatch"
-
-
-def dispatch_principal_middleware(authenticate: Authenticator):
-    """On ``POST /api/v1/agent/dispatch``: bind the principal (with its ``Verb-Surface`` transport)
-    before the verbs handler runs, so a signed call keeps the surface it came through."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler) -> web.StreamResponse:
-        if request.path == DISPATCH_PATH and request.method == "POST" and request.get(REQ_COMPANY) is not None:
-            company = request[REQ_COMPANY]
-            p = await authenticate(request.app[DATABASE].pool, company, request.headers.get("Authorization"), request)
-            if p is not None:
-                request[REQ_PRINCIPAL] = p
-        return await handler(request)
-
-    return middleware

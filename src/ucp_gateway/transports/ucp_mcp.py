@@ -18,7 +18,7 @@ requests through, by ``meta["ucp-agent"].profile`` (required on every tool call;
 
 Errors: protocol errors become JSON-RPC ``error`` with the HTTP status as primary signal
 (:func:`.jsonrpc.rpc_error_from_gateway`); errors raised before the handler (signatures, tenancy,
-body size) are rewritten by :func:`mcp_error_middleware`; business outcomes are ``result``.
+body size) are rewritten by :func:`mcp_error_wrapper`; business outcomes are ``result``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ __all__ = [
     "InvalidProfileUrl",
     "McpCall",
     "McpTool",
-    "mcp_error_middleware",
+    "mcp_error_wrapper",
     "mcp_get",
     "mcp_post",
     "principal_for",
@@ -262,11 +262,14 @@ def _request_id(raw: bytes) -> str | int | None:
     return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
 
 
-@web.middleware
-async def mcp_error_middleware(request: web.Request, handler) -> web.StreamResponse:
-    """On ``/ucp/mcp`` only: turn a REST-shaped protocol error (``{"code","content"}`` from the
-    error, tenancy or signature layers) into a JSON-RPC error with the same HTTP status."""
-    if request.path != MCP_PATH or request.method != "POST":
+async def mcp_error_wrapper(request: web.Request, handler) -> web.StreamResponse:
+    """On ``POST /ucp/mcp``: turn a REST-shaped protocol error (``{"code","content"}`` from the
+    error, tenancy or signature layers) into a JSON-RPC error with the same HTTP status.
+
+    Registered as ``app[PATH_WRAPPERS][MCP_PATH]`` (``ucp_gateway.middleware``): it runs around the
+    foundation layer for this path only, so no other path pays for an extra middleware layer.
+    """
+    if request.method != "POST":
         return await handler(request)
     try:
         resp = await handler(request)

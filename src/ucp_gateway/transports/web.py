@@ -1,8 +1,11 @@
 """Web wiring of the transports: one ``setup(app)`` for ``app.COMPONENTS`` (after the verbs runtime).
 
 Routes: ``POST/GET/DELETE /ucp/mcp`` (UCP MCP binding), the WebMCP endpoints (:mod:`.webmcp`).
-Middleware: :func:`.ucp_mcp.mcp_error_middleware`, placed outside the foundation middleware (request id,
-error mapper) so that every error on the MCP path, whoever raised it, leaves as a JSON-RPC error.
+Path wrapper: :func:`.ucp_mcp.mcp_error_wrapper` in ``app[PATH_WRAPPERS]`` for ``/ucp/mcp``, so it runs
+outside the foundation middleware (request id, error mapper) and every error on the MCP path, whoever
+raised it, leaves as a JSON-RPC error; other paths pay nothing for it. No middleware of its own: the
+verbs dispatch handler asks ``app[VERBS].authenticator`` (wrapped here by
+:func:`.auth.remote_authenticator`, so a signed call keeps its ``Verb-Surface``) for the principal.
 """
 
 from __future__ import annotations
@@ -10,17 +13,18 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..appkeys import SETTINGS
+from ..middleware import PATH_WRAPPERS
 from ..verbs.web import VERBS
 from . import webmcp
-from .auth import dispatch_principal_middleware, remote_authenticator
-from .ucp_mcp import MCP_PATH, MCP_TOOLS, mcp_error_middleware, mcp_get, mcp_post
+from .auth import remote_authenticator
+from .ucp_mcp import MCP_PATH, MCP_TOOLS, mcp_error_wrapper, mcp_get, mcp_post
 
 __all__ = ["setup"]
 
 
 def setup(app: web.Application) -> None:
-    """Add the MCP and WebMCP routes and the MCP error middleware. Needs ``ucp_gateway.verbs.web.setup``
-    to have run (``app[VERBS]``)."""
+    """Add the MCP and WebMCP routes and the MCP error wrapper. Needs ``ucp_gateway.verbs.web.setup``
+    to have run (``app[VERBS]``) and ``create_app``'s ``app[PATH_WRAPPERS]``."""
     settings = app[SETTINGS]
     exempt = tuple(getattr(settings, "httpsig_exempt_prefixes", ()))
     if hasattr(settings, "httpsig_exempt_prefixes") and webmcp.BASE + "/" not in exempt:
@@ -29,7 +33,6 @@ def setup(app: web.Application) -> None:
     webmcp.setup_routes(app)  # first: it keeps the verbs runtime's own staff-token check
     rt = app[VERBS]
     rt.authenticator = remote_authenticator(rt.authenticator, rt.registry)
-    app.middlewares.append(dispatch_principal_middleware(rt.authenticator))
     if MCP_TOOLS not in app:
         app[MCP_TOOLS] = {}
     try:
@@ -38,7 +41,7 @@ def setup(app: web.Application) -> None:
         pass
     else:
         app[MCP_TOOLS].update(ucp_tools())
-    app.middlewares.insert(0, mcp_error_middleware)  # outermost: rewrites what the error mapper answered
+    app[PATH_WRAPPERS][MCP_PATH] = mcp_error_wrapper  # outermost: rewrites what the error mapper answered
     app.router.add_post(MCP_PATH, mcp_post)
     app.router.add_get(MCP_PATH, mcp_get)
     app.router.add_delete(MCP_PATH, mcp_get)

@@ -1,7 +1,8 @@
 """The audit log: one hash-chained, append-only row per dispatch (allowed, denied, pending, failed).
 
 Append-only is enforced by PostgreSQL (migration 0030: a trigger refuses UPDATE, DELETE and
-TRUNCATE for every role). Rows are chained per company::
+TRUNCATE for every role). Rows are chained per company and lane (migration 0033: 16 lanes, lane =
+hash of the principal's subject, one lane per transaction)::
 
     row_hash = sha256(prev_hash || int8(seq) || int8(audit_id) || canonical_json(entry))
 
@@ -100,18 +101,21 @@ async def append_many(conn: asyncpg.Connection, company_id: UUID, entries: list[
 
 @dataclass(frozen=True, slots=True)
 class ChainReport:
-    """Result of :func:`verify_chain`: ``ok``; ``rows`` checked; the first broken row and why."""
+    """Result of :func:`verify_chain`: ``ok``; ``rows`` checked; the first broken row (its lane,
+    audit_id and seq within the lane) and why."""
 
     ok: bool
     rows: int
     broken_audit_id: int | None = None
     broken_seq: int | None = None
     problem: str | None = None
+    broken_lane: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "rows": self.rows,
+            "broken_lane": self.broken_lane,
             "broken_audit_id": self.broken_audit_id,
             "broken_seq": self.broken_seq,
             "problem": self.problem,
@@ -123,60 +127,69 @@ def _row_hash(prev: bytes, seq: int, audit_id: int, entry: Any) -> bytes:
     return hashlib.sha256(data + canonical_json(entry).encode()).digest()
 
 
+def _row_problem(r: Mapping[str, Any], prev: bytes, expect_seq: int) -> str | None:
+    """Why one stored row does not continue its lane's chain after ``prev``; None when it does."""
+    entry = json.loads(r["entry"])
+    if r["seq"] != expect_seq:
+        return f"sequence gap: expected seq {expect_seq}, found {r['seq']}"
+    if bytes(r["prev_hash"]) != prev:
+        return "prev_hash does not match the previous row"
+    if _row_hash(prev, r["seq"], r["audit_id"], entry) != bytes(r["row_hash"]):
+        return "row_hash does not match the row's content"
+    cols = (r["verb"], r["decision"], r["status"], str(r["company_id"]), r["subject"], iso(r["created_at"]))
+    want = (
+        entry.get("verb"),
+        entry.get("decision"),
+        entry.get("status"),
+        entry.get("company_id"),
+        entry.get("principal", {}).get("subject"),
+        entry.get("at"),
+    )
+    return "indexed columns differ from the hashed entry" if cols != want else None
+
+
 async def verify_chain(conn: asyncpg.Connection, company_id: UUID, *, batch: int = 2000) -> ChainReport:
-    """Recompute the company's chain from the first row; stop at the first broken one.
+    """Recompute each of the company's audit lanes (migration 0033) from its first row; stop at the
+    first broken row.
 
-    Checks per row: seq is the next number, prev_hash is the previous row_hash, row_hash matches the
-    recomputed hash, and the indexed columns equal the entry. Finally the head must match.
-    Run inside a transaction in the company's tenant context.
+    Checks per row: seq is the next number in its lane, prev_hash is the previous row_hash,
+    row_hash matches the recomputed hash, and the indexed columns equal the entry. Finally each
+    lane's head must match its last row, and every lane with rows must have a head.
+    Run inside a transaction in the company's tenant context. Returns a :class:`ChainReport`.
     """
-    prev, expect_seq, rows, last = GENESIS, 1, 0, 0
-    while True:
-        recs = await conn.fetch(
-            "SELECT audit_id, seq, created_at, verb, decision, status, subject, entry::text AS entry, "
-            "prev_hash, row_hash, company_id FROM verb_audit_log WHERE seq > $1 ORDER BY seq LIMIT $2",
-            last,
-            batch,
+    heads = {
+        r["lane"]: r
+        for r in await conn.fetch(
+            "SELECT lane, seq, head_hash FROM verb_audit_heads WHERE company_id = $1 ORDER BY lane", company_id
         )
-        if not recs:
-            break
-        for r in recs:
-            entry = json.loads(r["entry"])
-            aid, seq = r["audit_id"], r["seq"]
-
-            def broken(why: str, aid=aid, seq=seq, rows=rows) -> ChainReport:
-                return ChainReport(False, rows, aid, seq, why)
-
-            if seq != expect_seq:
-                return broken(f"sequence gap: expected seq {expect_seq}, found {seq}")
-            if bytes(r["prev_hash"]) != prev:
-                return broken("prev_hash does not match the previous row")
-            if _row_hash(prev, seq, aid, entry) != bytes(r["row_hash"]):
-                return broken("row_hash does not match the row's content")
-            cols = {
-                "verb": r["verb"],
-                "decision": r["decision"],
-                "status": r["status"],
-                "company_id": str(r["company_id"]),
-            }
-            want = {
-                "verb": entry.get("verb"),
-                "decision": entry.get("decision"),
-                "status": entry.get("status"),
-                "company_id": entry.get("company_id"),
-            }
-            if (
-                cols != want
-                or r["subject"] != entry.get("principal", {}).get("subject")
-                or iso(r["created_at"]) != entry.get("at")
-            ):
-                return broken("indexed columns differ from the hashed entry")
-            prev, expect_seq, last, rows = bytes(r["row_hash"]), seq + 1, seq, rows + 1
-    head = await conn.fetchrow("SELECT seq, head_hash FROM verb_audit_heads WHERE company_id = $1", company_id)
-    if head is not None and (head["seq"] != last or bytes(head["head_hash"]) != prev):
-        return ChainReport(False, rows, None, head["seq"], "chain head does not match the last row (rows removed?)")
-    if head is None and rows:
-        return ChainReport(False, rows, None, None, "chain head missing")
+    }
+    lanes = sorted({*heads, *(r["lane"] for r in await conn.fetch("SELECT DISTINCT lane FROM verb_audit_log"))})
+    rows = 0
+    for lane in lanes:
+        prev, expect_seq, last = GENESIS, 1, 0
+        while True:
+            recs = await conn.fetch(
+                "SELECT audit_id, seq, created_at, verb, decision, status, subject, entry::text AS entry, "
+                "prev_hash, row_hash, company_id FROM verb_audit_log WHERE lane = $1 AND seq > $2 "
+                "ORDER BY seq LIMIT $3",
+                lane,
+                last,
+                batch,
+            )
+            if not recs:
+                break
+            for r in recs:
+                problem = _row_problem(r, prev, expect_seq)
+                if problem:
+                    return ChainReport(False, rows, r["audit_id"], r["seq"], problem, lane)
+                prev, expect_seq, last, rows = bytes(r["row_hash"]), r["seq"] + 1, r["seq"], rows + 1
+        head = heads.get(lane)
+        if head is None:
+            return ChainReport(False, rows, None, None, "chain head missing", lane)
+        if head["seq"] != last or bytes(head["head_hash"]) != prev:
+            return ChainReport(
+                False, rows, None, head["seq"], "chain head does not match the last row (rows removed?)", lane
+            )
     return ChainReport(True, rows)
 
 

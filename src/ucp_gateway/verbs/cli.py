@@ -84,7 +84,7 @@ async def cmd_audit_verify(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(
             f"audit chain of {company.slug} BROKEN at audit_id={rep.broken_audit_id} "
-            f"seq={rep.broken_seq}: {rep.problem}"
+            f"lane={rep.broken_lane} seq={rep.broken_seq}: {rep.problem}"
         )
     return 0 if rep.ok else 1
 
