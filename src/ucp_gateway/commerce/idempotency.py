@@ -82,7 +82,7 @@ async def run_idempotent(
 
     Raises: IdempotencyConflict (409) on a different fingerprint; IdempotencyUnavailable (503) when the
     store fails. GatewayErrors from ``op`` with status < 500 are stored as their protocol-error body
-    (``op``'s writes are rolled back to a savepoint first); other exceptions propagate unstored.
+    (``op`` raises those before its first write, see service.py); other exceptions propagate unstored.
     """
     try:
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{company_id}|{caller}|{key}")
@@ -98,35 +98,33 @@ async def run_idempotent(
         if not hmac.compare_digest(bytes(rec["fingerprint"]), fp):
             raise IdempotencyConflict("Idempotency-Key was already used with a different request")
         return Stored(rec["status_code"], rec["content_type"], bytes(rec["body"]), replayed=True)
-    try:
-        async with conn.transaction():
-            result = await op()
+    try:  # no savepoint: operations raise a 4xx only before their first write (service.py contract)
+        result = await op()
     except GatewayError as exc:
         if exc.http_status >= 500:
             raise
         result = Stored(exc.http_status, JSON, serialize(exc.to_body()))
     if result.status >= 500:
         return result
-    try:
-        async with conn.transaction():
-            await conn.execute(
-                "INSERT INTO commerce_idempotency (company_id, caller, key,"
-                " fingerprint, status_code, content_type,"
-                " body, created_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
-                " ON CONFLICT (company_id, caller, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
-                " status_code = EXCLUDED.status_code, content_type ="
-                " EXCLUDED.content_type, body = EXCLUDED.body,"
-                " created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at",
-                company_id,
-                caller,
-                key,
-                fp,
-                result.status,
-                result.content_type,
-                result.body,
-                now,
-                now + ttl,
-            )
+    try:  # a failure aborts the transaction: the 503 propagates and nothing of ``op`` commits
+        await conn.execute(
+            "INSERT INTO commerce_idempotency (company_id, caller, key,"
+            " fingerprint, status_code, content_type,"
+            " body, created_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
+            " ON CONFLICT (company_id, caller, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
+            " status_code = EXCLUDED.status_code, content_type ="
+            " EXCLUDED.content_type, body = EXCLUDED.body,"
+            " created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at",
+            company_id,
+            caller,
+            key,
+            fp,
+            result.status,
+            result.content_type,
+            result.body,
+            now,
+            now + ttl,
+        )
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
         raise IdempotencyUnavailable("idempotency store unavailable") from exc
     return result

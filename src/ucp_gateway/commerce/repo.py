@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -23,43 +24,52 @@ __all__ = [
     "insert_outbox",
     "insert_payment",
     "load_catalog",
+    "lock_checkout_priced",
     "reserve_inventory",
     "update_checkout",
 ]
 
 
-async def load_catalog(
-    conn: asyncpg.Connection,
-    product_ids: list[str],
-    *,
-    currency: str,
-    buyer_email: str | None,
-    pickup_locations: tuple[PickupLocation, ...] = (),
-) -> Catalog:
-    """Read what pricing needs: the requested products with stock, rates, promotions, codes and the
-    saved addresses of the buyer when ``buyer_email`` belongs to a known customer."""
-    # one round trip: products with stock, rates, promotions, codes and (known buyer) saved addresses
-    row = await conn.fetchrow(
-        "SELECT"
-        " (SELECT coalesce(json_agg(json_build_object('id', p.id, 'title', p.title, 'price', p.price,"
-        "   'currency', p.currency, 'image_url', p.image_url, 'stock', coalesce(i.quantity, 0))), '[]')"
-        "   FROM products p LEFT JOIN inventory i ON i.company_id = p.company_id AND i.product_id = p.id"
-        "   WHERE p.id = ANY($1::text[])) AS products,"
-        " (SELECT coalesce(json_agg(json_build_object('id', id, 'country_code', country_code,"
-        "   'service_level', service_level, 'price', price, 'title', title, 'currency', currency) ORDER BY id), '[]')"
-        "   FROM shipping_rates) AS rates,"
-        " (SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'min_subtotal', min_subtotal,"
-        "   'eligible_item_ids', eligible_item_ids, 'description', description) ORDER BY id), '[]')"
-        "   FROM promotions) AS promos,"
-        " (SELECT coalesce(json_agg(json_build_object('code', code, 'type', type, 'value', value,"
-        "   'description', description, 'currency', currency)), '[]') FROM discounts) AS codes,"
-        " (SELECT coalesce(json_agg(json_build_object('id', a.id, 'street_address', a.street_address,"
-        "   'city', a.city, 'state', a.state, 'postal_code', a.postal_code, 'country', a.country) ORDER BY a.id), '[]')"
-        "   FROM addresses a JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
-        "   WHERE $2::text IS NOT NULL AND lower(c.email) = lower($2)) AS addresses",
-        list(set(product_ids)),
-        buyer_email,
-    )
+# What pricing needs, as one row of json columns: the products {ids} with stock, the rates,
+# promotions and codes, and the saved addresses of the buyer {email} when it is a known customer.
+_CATALOG_COLUMNS = (
+    " (SELECT coalesce(json_agg(json_build_object('id', p.id, 'title', p.title, 'price', p.price,"
+    "   'currency', p.currency, 'image_url', p.image_url, 'stock', coalesce(i.quantity, 0))), '[]')"
+    "   FROM products p LEFT JOIN inventory i ON i.company_id = p.company_id AND i.product_id = p.id"
+    "   WHERE p.id = ANY({ids})) AS products,"
+    " (SELECT coalesce(json_agg(json_build_object('id', id, 'country_code', country_code,"
+    "   'service_level', service_level, 'price', price, 'title', title, 'currency', currency) ORDER BY id), '[]')"
+    "   FROM shipping_rates) AS rates,"
+    " (SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'min_subtotal', min_subtotal,"
+    "   'eligible_item_ids', eligible_item_ids, 'description', description) ORDER BY id), '[]')"
+    "   FROM promotions) AS promos,"
+    " (SELECT coalesce(json_agg(json_build_object('code', code, 'type', type, 'value', value,"
+    "   'description', description, 'currency', currency)), '[]') FROM discounts) AS codes,"
+    " (SELECT coalesce(json_agg(json_build_object('id', a.id, 'street_address', a.street_address,"
+    "   'city', a.city, 'state', a.state, 'postal_code', a.postal_code, 'country', a.country) ORDER BY a.id), '[]')"
+    "   FROM addresses a JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
+    "   WHERE {email} IS NOT NULL AND lower(c.email) = lower({email})) AS addresses"
+)
+_LOAD_CATALOG = "SELECT" + _CATALOG_COLUMNS.format(ids="$1::text[]", email="$2::text")
+
+# The checkout row locked (FOR UPDATE: serialises its writers) and the catalogue for pricing it,
+# in one statement. The product ids and buyer email are the request's ($2 true: $3, $4) or those
+# of the stored state (complete). The catalogue is read in this statement's snapshot; stock is
+# only shown from it (the reservation itself re-checks the locked inventory row).
+_LOCK_PRICED = (
+    "SELECT c.id, c.status, c.caller, c.expires_at, {state},"
+    + _CATALOG_COLUMNS.format(ids="k.ids", email="k.email")
+    + " FROM checkout_sessions c CROSS JOIN LATERAL (SELECT"
+    "  CASE WHEN $2 THEN $3::text[] ELSE"
+    "   ARRAY(SELECT e->'item'->>'id' FROM jsonb_array_elements(c.state->'line_items') AS e) END AS ids,"
+    "  CASE WHEN $2 THEN $4::text ELSE c.state->'buyer'->>'email' END AS email) AS k"
+    " WHERE c.id = $1 FOR UPDATE OF c"
+)
+_LOCK_PRICED_STATE = _LOCK_PRICED.format(state="c.state")
+_LOCK_PRICED_NO_STATE = _LOCK_PRICED.format(state="NULL::jsonb AS state")
+
+
+def _catalog(row: asyncpg.Record, currency: str, pickup_locations: tuple[PickupLocation, ...]) -> Catalog:
     prows, rates, promos, codes = row["products"], row["rates"], row["promos"], row["codes"]
     addresses = tuple(Address(**r) for r in row["addresses"])
     return Catalog(
@@ -76,8 +86,54 @@ async def load_catalog(
     )
 
 
-async def insert_checkout(conn: asyncpg.Connection, company_id: uuid.UUID, row: dict[str, Any]) -> None:
-    await conn.execute(
+async def load_catalog(
+    conn: asyncpg.Connection,
+    product_ids: list[str],
+    *,
+    currency: str,
+    buyer_email: str | None,
+    pickup_locations: tuple[PickupLocation, ...] = (),
+) -> Catalog:
+    """Read what pricing needs (one round trip): the requested products with stock, rates,
+    promotions, codes and the saved addresses of the buyer when ``buyer_email`` belongs to a
+    known customer."""
+    row = await conn.fetchrow(_LOAD_CATALOG, list(set(product_ids)), buyer_email)
+    return _catalog(row, currency, pickup_locations)
+
+
+async def lock_checkout_priced(
+    conn: asyncpg.Connection,
+    checkout_id: str,
+    *,
+    state: dict[str, Any] | None,
+    currency: str,
+    pickup_locations: tuple[PickupLocation, ...] = (),
+) -> tuple[asyncpg.Record | None, Catalog | None]:
+    """The checkout row, locked FOR UPDATE, and the catalogue to price it, in one round trip.
+
+    ``state``: the new writable state (update): its line items' products and buyer email are
+    read; None (complete): those of the stored state, and the row then carries ``state``.
+    Returns ``(row with id, status, caller, expires_at, state; catalogue)`` or ``(None, None)``.
+    """
+    if state is None:
+        row = await conn.fetchrow(_LOCK_PRICED_STATE, checkout_id, False, None, None)
+    else:
+        ids = list({li["item"]["id"] for li in state["line_items"]})
+        email = (state.get("buyer") or {}).get("email")
+        row = await conn.fetchrow(_LOCK_PRICED_NO_STATE, checkout_id, True, ids, email)
+    return (None, None) if row is None else (row, _catalog(row, currency, pickup_locations))
+
+
+# async (sql, *args): run a caller's last statement (VerbContext.write_last); None = at once
+LastWrite = Callable[..., Awaitable[None]]
+
+
+async def insert_checkout(
+    conn: asyncpg.Connection, company_id: uuid.UUID, row: dict[str, Any], *, last_write: LastWrite | None = None
+) -> None:
+    """Insert a new checkout row. ``last_write``: the caller sends nothing after this statement
+    and lets ``last_write`` run it (possibly later, in the same transaction)."""
+    await (last_write or conn.execute)(
         "INSERT INTO checkout_sessions (company_id, id, status, currency, state, body, caller, created_at,"
         " updated_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)",
         company_id,
@@ -109,8 +165,10 @@ async def update_checkout(
     body: dict,
     now: datetime,
     order_id: str | None = None,
+    last_write: LastWrite | None = None,
 ) -> None:
-    await conn.execute(
+    """Rewrite the checkout row. ``last_write`` as for :func:`insert_checkout`."""
+    await (last_write or conn.execute)(
         "UPDATE checkout_sessions SET status = $2, state = $3, body = $4, updated_at = $5,"
         " order_id = coalesce($6, order_id) WHERE id = $1",
         checkout_id,

@@ -66,6 +66,8 @@ class CommerceContext:
     max_order_amount: int | None = None
     pickup_locations: tuple[PickupLocation, ...] = field(default=())
     webhook_url: str | None = None  # the platform's order webhook_url, from negotiation
+    # runs an operation's last write (verb runtime: with the audit row, one round trip); None = at once
+    last_write: repo.LastWrite | None = None
 
 
 def _not_found(ctx: CommerceContext, what: str) -> Outcome:
@@ -125,6 +127,7 @@ async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str,
             "created_at": ctx.now,
             "expires_at": expires_at,
         },
+        last_write=ctx.last_write,
     )
     return Outcome(201, body)
 
@@ -151,6 +154,20 @@ async def _load(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, *, loc
     return row
 
 
+async def _lock_priced(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, state: dict[str, Any] | None):
+    """``(row, catalogue)`` for a writer in one round trip (:func:`repo.lock_checkout_priced`), with
+    :func:`_load`'s rules for the locked case: a foreign caller's session is None, an expired
+    one comes back as canceled without a write. ``state`` None prices the stored state."""
+    row, catalog = await repo.lock_checkout_priced(
+        conn, cid, state=state, currency=ctx.currency, pickup_locations=ctx.pickup_locations
+    )
+    if row is None or row["caller"] != ctx.caller:
+        return None, None
+    if row["status"] not in TERMINAL and row["expires_at"] <= ctx.now:
+        return {**dict(row), "status": transition(row["status"], "expire")}, catalog
+    return row, catalog
+
+
 def _modifiable(row, op: str) -> None:
     if row["status"] in TERMINAL or row["status"] == "complete_in_progress":
         raise InvalidTransition(f"checkout {row['id']} is {row['status']}; {op} is not allowed")
@@ -167,15 +184,24 @@ async def update(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, data:
 
     Raises: InvalidTransition (409) for completed/canceled sessions; InvalidRequest (400).
     """
-    row = await _load(conn, ctx, cid, lock=True)
+    try:  # parsed first so the row lock and the catalogue are one round trip; refused in the same order
+        state, bad = parse_state(data, update=True), None
+    except Exception as exc:
+        state, bad = None, exc
+    if state is None:
+        row, catalog = await _load(conn, ctx, cid, lock=True), None
+    else:
+        row, catalog = await _lock_priced(conn, ctx, cid, state)
     if row is None:
         return _not_found(ctx, "Checkout")
     _modifiable(row, "update")
-    state = parse_state(data, update=True)
-    priced = await _price(conn, ctx, state)
+    if bad is not None:
+        raise bad
+    assert state is not None and catalog is not None
+    priced = price_checkout(state, catalog, ctx.shop)
     status = transition(row["status"], f"recompute:{priced.status}")
     body = _render(ctx, cid, state, priced, status, row["expires_at"])
-    await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
+    await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now, last_write=ctx.last_write)
     return Outcome(200, body)
 
 
@@ -187,7 +213,9 @@ async def cancel(conn: asyncpg.Connection, ctx: CommerceContext, cid: str) -> Ou
     _modifiable(row, "cancel")
     body = dict(row["body"], status=transition(row["status"], "cancel"))
     body.pop("continue_url", None)
-    await repo.update_checkout(conn, cid, status=body["status"], state=row["state"], body=body, now=ctx.now)
+    await repo.update_checkout(
+        conn, cid, status=body["status"], state=row["state"], body=body, now=ctx.now, last_write=ctx.last_write
+    )
     return Outcome(200, body)
 
 
@@ -204,13 +232,14 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
     A decline or missing stock is a recoverable message on a 200 checkout, never a 500. The row lock
     makes concurrent completes of one checkout produce exactly one order (the loser gets 409).
     """
-    row = await _load(conn, ctx, cid, lock=True)
+    row, catalog = await _lock_priced(conn, ctx, cid, None)
     if row is None:
         return _not_found(ctx, "Checkout")
     _modifiable(row, "complete")
     instrument, token = parse_complete(data)
     state = dict(row["state"], payment={"instruments": [instrument]})
-    priced = await _price(conn, ctx, state)
+    assert catalog is not None
+    priced = price_checkout(state, catalog, ctx.shop)  # the stored state's items and buyer
     extra: list[dict[str, Any]] = []
     if instrument["handler_id"] not in ctx.handler_ids:
         extra.append(

@@ -22,6 +22,7 @@ import asyncpg
 
 from ..config import Settings
 from ..errors import ConfigError
+from .connection import GatewayConnection
 from .dsn import check_dsn, with_database, with_user
 from .embedded import start_embedded, stop_embedded
 from .migrate import apply_migrations, migration_status
@@ -169,6 +170,7 @@ async def connect_database(settings: Settings, *, migrate: bool = True) -> Datab
                 max_size=max(settings.db_pool_max, settings.db_pool_min),
                 init=_init_connection,
                 timeout=_CONNECT_TIMEOUT,
+                connection_class=GatewayConnection,  # server reset only when session state may remain
             )
         except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
             raise ConfigError(

@@ -8,6 +8,7 @@ context into the next unit of work.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from uuid import UUID
@@ -15,6 +16,29 @@ from uuid import UUID
 import asyncpg
 
 __all__ = ["platform_scan_tx", "platform_tx", "tenant_tx"]
+
+
+@asynccontextmanager
+async def _unit(
+    pool: asyncpg.Pool, fused: str | None, sql: str, args: tuple[str, ...], isolation: str | None
+) -> AsyncIterator[asyncpg.Connection]:
+    """A transaction whose first statement sets the context: ``fused`` (validated text) goes out
+    with ``BEGIN`` in one round trip on a :class:`.connection.GatewayConnection`; otherwise (other
+    connection classes, or ``fused`` None) ``sql`` with ``args`` runs as its own statement."""
+    async with pool.acquire() as conn:
+        after = getattr(conn, "after_begin", None) if fused is not None else None
+        if after is not None:
+            after(fused)
+        try:
+            async with conn.transaction(isolation=isolation):
+                if after is None or not conn.begin_consumed():
+                    if after is not None:
+                        after(None)
+                    await conn.execute(sql, *args)
+                yield conn
+        finally:
+            if after is not None:
+                after(None)
 
 
 @asynccontextmanager
@@ -28,20 +52,24 @@ async def tenant_tx(
             the point is that the app role cannot).
         company_id: the tenant's UUID.
         isolation: asyncpg isolation level name.
-    Yields: the connection, inside an open transaction. Commits on normal exit, rolls back on error.
+    Yields: the connection, inside an open transaction (``BEGIN`` and the context in one round
+    trip). Commits on normal exit, rolls back on error. Raises ValueError for a malformed UUID.
     """
-    cid = str(UUID(str(company_id)))  # validates; never interpolated into SQL
-    async with pool.acquire() as conn, conn.transaction(isolation=isolation):
-        await conn.execute("SELECT set_config('app.company_id', $1, true)", cid)
+    cid = str(UUID(str(company_id)))  # validated (canonical hex and hyphens): safe to inline
+    fused = f"SELECT set_config('app.company_id', '{cid}', true)"
+    async with _unit(pool, fused, "SELECT set_config('app.company_id', $1, true)", (cid,), isolation) as conn:
         yield conn
 
 
 @asynccontextmanager
 async def platform_tx(pool: asyncpg.Pool, *, isolation: str = "read_committed") -> AsyncIterator[asyncpg.Connection]:
     """One transaction with no tenant context: tenant tables show no rows; platform tables are open."""
-    async with pool.acquire() as conn, conn.transaction(isolation=isolation):
-        await conn.execute("SELECT set_config('app.company_id', '', true)")
+    sql = "SELECT set_config('app.company_id', '', true)"
+    async with _unit(pool, sql, sql, (), isolation) as conn:
         yield conn
+
+
+_SCOPE = re.compile(r"[a-z_]{1,63}")
 
 
 @asynccontextmanager
@@ -51,8 +79,7 @@ async def platform_scan_tx(pool: asyncpg.Pool, scope: str) -> AsyncIterator[asyn
     delivery worker. Cross-tenant access is thus explicit and scoped to one table; a transaction
     with no context at all still sees no tenant rows.
     """
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            "SELECT set_config('app.company_id', '', true), set_config('app.platform_scan', $1, true)", scope
-        )
+    sql = "SELECT set_config('app.company_id', '', true), set_config('app.platform_scan', $1, true)"
+    fused = sql.replace("$1", f"'{scope}'") if _SCOPE.fullmatch(scope) else None
+    async with _unit(pool, fused, sql, (scope,), None) as conn:
         yield conn

@@ -45,6 +45,29 @@ class VerbContext:
     entity: dict[str, Any] | None = None
     children: list[int] = field(default_factory=list)
     transaction_id: str | None = None
+    # set by the dispatcher when a closing statement of its own follows the handler
+    defer_last_write: bool = field(default=False, repr=False)
+    last_write: tuple[str, tuple[Any, ...]] | None = field(default=None, repr=False)
+
+    async def write_last(self, sql: str, *args: Any) -> None:
+        """Run ``sql`` as this handler's last statement: one data-modifying statement whose result
+        the handler does not read (``$n`` parameters, no other ``$``). Where the dispatcher closes
+        the execution with a statement of its own (a write with its audit row and idempotency
+        record), the write goes out inside that statement, saving a round trip; it commits or
+        fails with everything else all the same. Elsewhere, or for a second call, it runs at once.
+        The handler must send nothing after it."""
+        if self.last_write is not None or not self.defer_last_write:
+            await self.flush_last_write()
+            if not self.defer_last_write:
+                await self.conn.execute(sql, *args)
+                return
+        self.last_write = (sql, args)
+
+    async def flush_last_write(self) -> None:
+        """Run a deferred :meth:`write_last` now (the dispatcher's paths without a closing statement)."""
+        pending, self.last_write = self.last_write, None
+        if pending is not None:
+            await self.conn.execute(pending[0], *pending[1])
 
     def set_revert(self, handle: str, data: dict[str, Any]) -> None:
         """Record how to undo this write: an opaque handle and the data the revert handler needs

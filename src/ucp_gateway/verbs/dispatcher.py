@@ -211,7 +211,7 @@ class Dispatcher:
             if approval.get("nonce_id") and not await store.consume_nonce(conn, company.id, approval["nonce_id"], now):
                 raise VerbError("nonce_used", hint="Call again without confirm for a fresh phrase and nonce.")
             await self._count(conn, principal, company, verb, decision.cap_class, args, now)
-            ctx = VerbContext(conn, args, principal, company, now, verb, self)
+            ctx = VerbContext(conn, args, principal, company, now, verb, self, defer_last_write=key is not None)
             result = dict(await verb.handler(ctx))
             entry = self._entry(principal, company, call, verb, decision, "allowed", "completed", now)
             entry.update(elapsed_us=int((time.perf_counter() - t0) * 1e6), entity=ctx.entity)
@@ -225,6 +225,7 @@ class Dispatcher:
                     transaction_id=ctx.transaction_id,
                 )
             if key is None:
+                await ctx.flush_last_write()
                 audit_id, _ = await audit.append(conn, company.id, entry)
                 return self._success(verb, result, audit_id, key, entry, now)
             # audit row and stored envelope in one last statement: the chain head is locked only
@@ -241,6 +242,7 @@ class Dispatcher:
                 key=key,
                 envelope=env,
                 result_audit_id=patch,
+                write=ctx.last_write,  # the handler's last write, in this same statement
             )
             env["audit_id"] = audit_id
             if patch:

@@ -21,6 +21,7 @@ from uuid import UUID
 
 import asyncpg
 
+from ..db import tenant_tx
 from ..tenancy import Company
 from .audit import append_many
 from .decide import Call, Decision
@@ -36,20 +37,20 @@ MAX_BATCH = 64
 async def tenant_conn(pool: asyncpg.Pool, company_id: UUID, *, durable: bool) -> AsyncIterator[asyncpg.Connection]:
     """A tenant transaction like ``db.tenant_tx``.
 
-    ``durable=True`` (writes) is an asyncpg transaction, so handlers may nest savepoints with
-    ``conn.transaction()``. ``durable=False`` (READ group transactions) opens in one round trip
-    and commits without waiting for the WAL flush (``synchronous_commit=off``): a crash may lose
-    the last moments of READ audit rows, never a write's, and never leaves a gap in the chain (a
-    later synchronous commit flushes every earlier commit record); it also keeps the per-company
-    chain lock from being held across an fsync. READ handlers must not call ``conn.transaction()``.
+    ``durable=True`` (writes) is :func:`db.tenant_tx` (an asyncpg transaction whose ``BEGIN``
+    carries the context), so handlers may nest savepoints with ``conn.transaction()``.
+    ``durable=False`` (READ group transactions) opens in one round trip and commits without
+    waiting for the WAL flush (``synchronous_commit=off``): a crash may lose the last moments of
+    READ audit rows, never a write's, and never leaves a gap in the chain (a later synchronous
+    commit flushes every earlier commit record); it also keeps the per-company chain lock from
+    being held across an fsync. READ handlers must not call ``conn.transaction()``.
     """
+    if durable:
+        async with tenant_tx(pool, company_id) as conn:
+            yield conn
+        return
     cid = str(UUID(str(company_id)))  # validated: safe to inline
     async with pool.acquire() as conn:
-        if durable:
-            async with conn.transaction():
-                await conn.execute("SELECT set_config('app.company_id', $1, true)", cid)
-                yield conn
-            return
         await conn.execute(
             f"BEGIN; SELECT set_config('app.company_id', '{cid}', true), set_config('synchronous_commit', 'off', true)"
         )

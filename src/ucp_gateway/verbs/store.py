@@ -10,6 +10,8 @@ concurrency guarantees come from PostgreSQL, not from the process, so replicas s
 
 from __future__ import annotations
 
+import functools
+import re
 from datetime import date, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -102,6 +104,7 @@ async def append_and_finish_key(
     key: str,
     envelope: dict[str, Any],
     result_audit_id: bool,
+    write: tuple[str, tuple[Any, ...]] | None = None,
 ) -> tuple[int, int]:
     """Append ``entry`` to the company's audit chain and store the envelope under the claimed key,
     in one statement (the caller's transaction; meant as its last statement before COMMIT, so the
@@ -109,26 +112,48 @@ async def append_and_finish_key(
 
     The new audit id is written into the stored envelope's ``audit_id`` and, when
     ``result_audit_id``, into ``result.audit_id`` (the caller patches its own copy the same way).
-    ``entry`` as for :func:`audit.append`. Returns ``(audit_id, seq)``.
+    ``entry`` as for :func:`audit.append`. ``write``: the handler's last statement ``(sql, args)``
+    (:meth:`VerbContext.write_last`), run as part of this one. Returns ``(audit_id, seq)``.
     """
+    args = append_args(company_id, entry)
+    head, extra = "", ()
+    if write is not None:
+        head, extra = "WITH w AS (" + _shift_params(write[0], 12) + " RETURNING 1),", write[1]
     row = await conn.fetchrow(
-        "WITH a AS (SELECT audit_id, seq FROM verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::jsonb, $8)),"
-        " f AS (UPDATE verb_idempotency i SET audit_id = a.audit_id, envelope = CASE WHEN $13::boolean"
-        "   THEN jsonb_set(jsonb_set($12::jsonb, '{audit_id}', to_jsonb(a.audit_id)), '{result,audit_id}',"
+        # the entry travels once, as the canonical text the chain hashes ($7), stored as its jsonb
+        (head or "WITH") + " a AS (SELECT audit_id, seq FROM"
+        "  verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::text::jsonb, $7::text)"
+        # a one-time filter: the handler's write runs to completion before the append locks the head
+        + (" WHERE (SELECT count(*) FROM w) >= 0" if head else "")
+        + "), f AS (UPDATE verb_idempotency i SET audit_id = a.audit_id, envelope = CASE WHEN $12::boolean"
+        "   THEN jsonb_set(jsonb_set($11::jsonb, '{audit_id}', to_jsonb(a.audit_id)), '{result,audit_id}',"
         "     to_jsonb(a.audit_id))"
-        "   ELSE jsonb_set($12::jsonb, '{audit_id}', to_jsonb(a.audit_id)) END"
-        "  FROM a WHERE i.principal = $9 AND i.verb = $10 AND i.key = $11 RETURNING 1)"
+        "   ELSE jsonb_set($11::jsonb, '{audit_id}', to_jsonb(a.audit_id)) END"
+        "  FROM a WHERE i.principal = $8 AND i.verb = $9 AND i.key = $10 RETURNING 1)"
         " SELECT audit_id, seq, (SELECT count(*) FROM f) AS finished FROM a",
-        *append_args(company_id, entry),
+        *args[:6],
+        args[7],
         principal,
         verb,
         key,
         envelope,
         result_audit_id,
+        *extra,
     )
     if row["finished"] != 1:  # the claim is this transaction's own row: anything else is a bug
         raise RuntimeError(f"idempotency record for {verb} not found in this transaction")
     return int(row["audit_id"]), int(row["seq"])
+
+
+_PARAM = re.compile(r"\$(\d+)")
+
+
+@functools.lru_cache(maxsize=64)
+def _shift_params(sql: str, by: int) -> str:
+    """``sql`` with ``$n`` renumbered ``$(n+by)``; refuses any other ``$`` (dollar quotes)."""
+    if sql.count("$") != len(_PARAM.findall(sql)) or re.search(r"\bRETURNING\b", sql, re.I):
+        raise ValueError("a deferred write may hold $n parameters only, and no RETURNING")
+    return _PARAM.sub(lambda m: f"${int(m.group(1)) + by}", sql)
 
 
 async def cap_used(conn: asyncpg.Connection, cap_class: str, day: date) -> int:

@@ -1,0 +1,182 @@
+"""The application pool's connection class: the server reset only when a session may carry state.
+
+asyncpg's pool resets every released connection with one extra round trip
+(``SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;``). The gateway's units of
+work keep all their state in the transaction (``set_config(..., true)``, transaction-level
+advisory locks, asyncpg's portals), so for them that round trip undoes nothing. Skipping it is
+safe only if no statement on the connection could have left *session* state behind, so
+:class:`GatewayConnection` decides per release, failing closed:
+
+- every query text that goes through the connection's public query methods is classified once
+  (memoised) by :func:`leaves_session_state`: session ``SET``/``RESET``, ``set_config`` whose
+  third argument is not the literal ``true``, session advisory locks, ``LISTEN``, ``DECLARE`` /
+  ``WITH HOLD`` cursors, ``PREPARE``, temporary tables, ``DO`` blocks, ``DISCARD``, ``LOAD``;
+  anything that matches marks the connection until its next server reset (an explicitly prepared
+  statement or cursor is checked when it is made; asyncpg refuses to use either after release);
+- the server reset also runs when the connection is released inside a transaction (asyncpg
+  rolls it back first), or with client-side listeners registered.
+
+Only then does :meth:`GatewayConnection.reset` skip the server round trip. Server-side functions
+are not scanned: tests/db/test_pool_reset.py checks that no function of our migrations sets
+session state.
+
+The class also lets :func:`.tenant.tenant_tx` set the tenant context in the round trip of
+``BEGIN`` (:meth:`GatewayConnection.after_begin`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import asyncpg
+
+__all__ = ["GatewayConnection", "leaves_session_state"]
+
+_STMT_START = re.compile(r"(?:^|;)\s*(?:SET|RESET|LISTEN|UNLISTEN|DECLARE|PREPARE|DO|DISCARD|LOAD)\b", re.I)
+_ANYWHERE = re.compile(r"pg_(?:try_)?advisory_lock|\bLISTEN\b|\bWITH\s+HOLD\b|\bTEMP(?:ORARY)?\b", re.I)
+_SET_LOCAL = re.compile(r"(?:^|;)\s*SET\s+LOCAL\b", re.I)
+_SET_CONFIG = re.compile(r"set_config\"?\s*\(", re.I)
+_CACHE_MAX = 4096
+_verdicts: dict[str, bool] = {}
+
+
+def _strip_comments(sql: str) -> str:
+    return re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S)
+
+
+def _set_config_is_local(sql: str, start: int) -> bool:
+    """True when the set_config call opening at ``start`` (just after its ``(``) ends with the
+    literal third argument ``true``."""
+    depth, args, cur, i, quote = 1, [], [], start, None
+    while i < len(sql):
+        ch = sql[i]
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+            cur.append(ch)
+        elif ch == "(":
+            depth += 1
+            cur.append(ch)
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                args.append("".join(cur))
+                return len(args) == 3 and args[2].strip().lower() == "true"
+            cur.append(ch)
+        elif ch == "," and depth == 1:
+            args.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    return False
+
+
+def _classify(sql: str) -> bool:
+    text = _strip_comments(sql)
+    if _ANYWHERE.search(text):
+        return True
+    for m in _STMT_START.finditer(text):
+        if not _SET_LOCAL.match(text, m.start()):
+            return True
+    return any(not _set_config_is_local(text, m.end()) for m in _SET_CONFIG.finditer(text))
+
+
+def leaves_session_state(sql: str) -> bool:
+    """Whether ``sql`` could leave session-level state on the connection (conservative: a false
+    positive only costs the server reset). Memoised per query text."""
+    v = _verdicts.get(sql)
+    if v is None:
+        v = _classify(sql)
+        if len(_verdicts) >= _CACHE_MAX:
+            _verdicts.clear()
+        _verdicts[sql] = v
+    return v
+
+
+class GatewayConnection(asyncpg.Connection):
+    """asyncpg connection of the application pool (``create_pool(connection_class=...)``)."""
+
+    __slots__ = ("_ucpgw_after_begin", "_ucpgw_session_state")
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._ucpgw_session_state = False
+        self._ucpgw_after_begin: str | None = None
+
+    def _see(self, query: Any) -> None:
+        if not isinstance(query, str) or leaves_session_state(query):
+            self._ucpgw_session_state = True
+
+    # ---- every public way to send SQL passes its text through _see -----------------------
+    async def execute(self, query: str, *args: Any, timeout: float | None = None) -> str:  # noqa: ASYNC109 (asyncpg's API)
+        tail = self._ucpgw_after_begin
+        if tail is not None and not args and query.startswith("BEGIN"):
+            self._ucpgw_after_begin = None
+            query = query + " " + tail
+        self._see(query)
+        return await super().execute(query, *args, timeout=timeout)
+
+    async def executemany(self, command: str, args: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        self._see(command)
+        return await super().executemany(command, args, timeout=timeout)
+
+    async def fetch(self, query: str, *args: Any, **kw: Any) -> list:
+        self._see(query)
+        return await super().fetch(query, *args, **kw)
+
+    async def fetchrow(self, query: str, *args: Any, **kw: Any) -> Any:
+        self._see(query)
+        return await super().fetchrow(query, *args, **kw)
+
+    async def fetchval(self, query: str, *args: Any, **kw: Any) -> Any:
+        self._see(query)
+        return await super().fetchval(query, *args, **kw)
+
+    async def fetchmany(self, query: str, args: Any, **kw: Any) -> list:
+        self._see(query)
+        return await super().fetchmany(query, args, **kw)
+
+    async def prepare(self, query: str, **kw: Any) -> Any:
+        self._see(query)
+        return await super().prepare(query, **kw)
+
+    def cursor(self, query: str, *args: Any, **kw: Any) -> Any:
+        self._see(query)
+        return super().cursor(query, *args, **kw)
+
+    async def copy_from_query(self, query: str, *args: Any, **kw: Any) -> Any:
+        self._see(query)
+        return await super().copy_from_query(query, *args, **kw)
+
+    # ---- release --------------------------------------------------------------------------------
+    def after_begin(self, sql: str | None) -> None:
+        """Append ``sql`` (a constant or validated text, never raw input) to the next ``BEGIN`` that
+        asyncpg's ``transaction()`` sends, so it runs in the same round trip; None cancels."""
+        self._ucpgw_after_begin = sql
+
+    def begin_consumed(self) -> bool:
+        """True when the ``after_begin`` text went out with ``BEGIN`` (and is no longer pending)."""
+        return self._ucpgw_after_begin is None
+
+    def needs_server_reset(self) -> bool:
+        """Whether releasing this connection must run the server reset query."""
+        return bool(
+            self._ucpgw_session_state
+            or self.is_in_transaction()
+            or self._top_xact is not None
+            or self._listeners
+            or self._log_listeners
+        )
+
+    async def reset(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Called by the pool on release: asyncpg's full reset when :meth:`needs_server_reset`,
+        else nothing (no round trip)."""
+        self._ucpgw_after_begin = None
+        if self.needs_server_reset():
+            await super().reset(timeout=timeout)
+            self._ucpgw_session_state = False

@@ -1,0 +1,242 @@
+"""The pool skips asyncpg's server reset only when no session state can remain (db/connection.py),
+and tenant_tx sets the tenant context in the round trip of BEGIN (db/tenant.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+
+import asyncpg
+import pytest
+
+from ucp_gateway.db import platform_scan_tx, platform_tx, tenant_tx
+from ucp_gateway.db.connection import GatewayConnection, leaves_session_state
+from ucp_gateway.db.database import connect_database
+from ucp_gateway.tenancy import create_company
+from ucp_gateway.verbs.reads import tenant_conn
+
+RESET_QUERY = "SELECT pg_advisory_unlock_all();"
+
+CLEAN = [
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT set_config('app.company_id', "
+    "'6d1f0f6e-0000-4000-8000-000000000000', true)",
+    "SELECT set_config('app.company_id', $1, true)",
+    "SELECT set_config('app.company_id', '', true), set_config('app.platform_scan', $1, true)",
+    "SELECT set_config('a', format('%s,%s', 1, ')'), true)",
+    "BEGIN; SELECT set_config('app.company_id', 'x', true), set_config('synchronous_commit', 'off', true)",
+    "INSERT INTO t AS i VALUES (1) ON CONFLICT (a) DO UPDATE SET b = 1 RETURNING true",
+    "UPDATE checkout_sessions SET status = $2 WHERE id = $1",
+    "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+    "SET LOCAL session_replication_role = replica",
+    "COMMIT;",
+    "SAVEPOINT __asyncpg_savepoint_1__;",
+]
+SESSION = [
+    "SET search_path = x",
+    "  set application_name to 'x'",
+    "/* why */ SET statement_timeout = 0",
+    "BEGIN; SET statement_timeout = 0",
+    "SELECT 1; set role ucp_app",
+    "SET SESSION AUTHORIZATION DEFAULT",
+    "RESET ALL",
+    "SELECT set_config('app.company_id', $1, false)",
+    "SELECT set_config('app.company_id', $1, $2)",
+    "SELECT pg_catalog.set_config('a', 'b', false)",
+    "SELECT \"set_config\"('a', 'b', false)",
+    "SELECT set_config('a', 'b', true), set_config('c', 'd', false)",
+    "SELECT pg_advisory_lock(1)",
+    "SELECT pg_try_advisory_lock($1)",
+    "SELECT pg_advisory_lock_shared(1, 2)",
+    'LISTEN "chan"',
+    "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+    "PREPARE p AS SELECT 1",
+    "CREATE TEMP TABLE t (a int)",
+    "CREATE TEMPORARY TABLE t (a int)",
+    "DO $$ BEGIN PERFORM set_config('a', 'b', false); END $$",
+    "DISCARD ALL",
+    "LOAD 'auto_explain'",
+]
+
+
+@pytest.mark.parametrize("sql", CLEAN)
+def test_transaction_scoped_statements_need_no_reset(sql):
+    assert leaves_session_state(sql) is False
+
+
+@pytest.mark.parametrize("sql", SESSION)
+def test_session_statements_are_recognised(sql):
+    assert leaves_session_state(sql) is True
+
+
+@pytest.fixture
+async def one_conn_db(db_settings):
+    """A Database whose pool has exactly one connection: every acquire gets the same session."""
+    db = await connect_database(db_settings.model_copy(update={"db_pool_min": 1, "db_pool_max": 1}))
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+@pytest.fixture
+async def owner(db_settings):
+    conn = await asyncpg.connect(db_settings.database_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def _last_query(owner: asyncpg.Connection, pid: int) -> str:
+    """The last statement the backend ``pid`` ran (pg_stat_activity), once it is idle."""
+    for _ in range(100):
+        row = await owner.fetchrow("SELECT state, query FROM pg_stat_activity WHERE pid = $1", pid)
+        if row["state"] == "idle":
+            return row["query"]
+        await asyncio.sleep(0.01)
+    raise AssertionError("backend did not become idle")
+
+
+async def _context_of_next(db) -> tuple[str | None, bool]:
+    async with db.pool.acquire() as conn:
+        return await conn.fetchval("SELECT current_setting('app.company_id', true)"), conn.is_in_transaction()
+
+
+async def test_pool_uses_gateway_connections(one_conn_db):
+    async with one_conn_db.pool.acquire() as conn:
+        assert isinstance(conn._con, GatewayConnection)
+
+
+async def test_tenant_tx_sets_context_with_begin_and_skips_the_reset(one_conn_db, owner):
+    company = await create_company(one_conn_db.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
+    async with tenant_tx(one_conn_db.pool, company.id) as conn:
+        pid = conn.get_server_pid()
+        assert await conn.fetchval("SELECT current_setting('app.company_id')") == str(company.id)
+        assert await conn.fetchval("SELECT app_company_id()") == company.id
+    assert await _last_query(owner, pid) == "COMMIT;"  # no reset round trip after the commit
+    assert await _context_of_next(one_conn_db) in (("", False), (None, False))
+
+
+async def test_tenant_context_is_in_the_begin_round_trip(one_conn_db, owner):
+    company = await create_company(one_conn_db.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
+    async with tenant_tx(one_conn_db.pool, company.id) as conn:
+        pid = conn.get_server_pid()
+        query = await _last_query_in_transaction(owner, pid)
+    assert re.fullmatch(
+        rf"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT set_config\('app.company_id', '{company.id}', true\)", query
+    )
+
+
+async def _last_query_in_transaction(owner, pid) -> str:
+    for _ in range(100):
+        row = await owner.fetchrow("SELECT state, query FROM pg_stat_activity WHERE pid = $1", pid)
+        if row["state"] == "idle in transaction":
+            return row["query"]
+        await asyncio.sleep(0.01)
+    raise AssertionError("backend is not idle in transaction")
+
+
+async def test_savepoints_still_nest_in_a_tenant_tx(one_conn_db):
+    company = await create_company(one_conn_db.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
+    async with tenant_tx(one_conn_db.pool, company.id) as conn:
+        with pytest.raises(asyncpg.UniqueViolationError):
+            async with conn.transaction():
+                for _ in range(2):
+                    await conn.execute(
+                        "INSERT INTO products (company_id, id, title, price) VALUES ($1, 'p', 't', 1)", company.id
+                    )
+        assert await conn.fetchval("SELECT count(*) FROM products") == 0
+        assert await conn.fetchval("SELECT current_setting('app.company_id')") == str(company.id)
+
+
+async def test_failed_tenant_tx_rolls_back_and_leaves_no_context(one_conn_db):
+    company = await create_company(one_conn_db.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
+    with pytest.raises(RuntimeError):
+        async with tenant_tx(one_conn_db.pool, company.id) as conn:
+            await conn.execute(
+                "INSERT INTO products (company_id, id, title, price) VALUES ($1, 'p', 't', 1)", company.id
+            )
+            raise RuntimeError("boom")
+    assert await _context_of_next(one_conn_db) in (("", False), (None, False))
+    async with tenant_tx(one_conn_db.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM products") == 0
+
+
+async def test_platform_transactions_set_their_context(one_conn_db):
+    async with platform_tx(one_conn_db.pool) as conn:
+        assert await conn.fetchval("SELECT current_setting('app.company_id')") == ""
+    for scope in ("webhook_queue", "Not a scope; --"):  # the second is sent as a parameter, never inlined
+        async with platform_scan_tx(one_conn_db.pool, scope) as conn:
+            assert await conn.fetchval("SELECT current_setting('app.platform_scan')") == scope
+    async with one_conn_db.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT current_setting('app.platform_scan', true)") in ("", None)
+
+
+async def test_session_setting_is_reset_before_the_next_acquirer(one_conn_db, owner):
+    cid = str(uuid.uuid4())
+    async with one_conn_db.pool.acquire() as conn:
+        pid = conn.get_server_pid()
+        await conn.execute("SELECT set_config('app.company_id', $1, false)", cid)
+    assert (await _last_query(owner, pid)).startswith(RESET_QUERY)
+    assert await _context_of_next(one_conn_db) == ("", False)
+
+
+async def test_session_advisory_lock_is_released_with_the_connection(one_conn_db, owner):
+    async with one_conn_db.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT pg_try_advisory_lock(4242)")
+    assert await owner.fetchval("SELECT pg_try_advisory_lock(4242)")  # free again: the reset ran
+    await owner.execute("SELECT pg_advisory_unlock(4242)")
+
+
+@pytest.mark.filterwarnings("ignore:.*active notification listener")
+async def test_listen_is_undone_with_the_connection(one_conn_db):
+    async with one_conn_db.pool.acquire() as conn:
+        await conn.add_listener("chan", lambda *a: None)
+    async with one_conn_db.pool.acquire() as conn:
+        assert await conn.fetch("SELECT pg_listening_channels()") == []
+
+
+async def test_connection_released_mid_transaction_is_rolled_back(one_conn_db):
+    company = await create_company(one_conn_db.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
+    cid = str(company.id)
+    async with one_conn_db.pool.acquire() as conn:
+        # a manual transaction with a local tenant context, never committed
+        await conn.execute(f"BEGIN; SELECT set_config('app.company_id', '{cid}', true)")
+        await conn.execute("INSERT INTO products (company_id, id, title, price) VALUES ($1, 'p', 't', 1)", company.id)
+        assert conn.is_in_transaction()
+    assert await _context_of_next(one_conn_db) in (("", False), (None, False))
+    async with tenant_tx(one_conn_db.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM products") == 0
+
+
+async def test_read_group_transaction_skips_the_reset(one_conn_db, owner):
+    company = await create_company(one_conn_db.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
+    async with tenant_conn(one_conn_db.pool, company.id, durable=False) as conn:
+        pid = conn.get_server_pid()
+        assert await conn.fetchval("SELECT current_setting('app.company_id')") == str(company.id)
+    assert await _last_query(owner, pid) == "COMMIT"
+    assert await _context_of_next(one_conn_db) in (("", False), (None, False))
+
+
+async def test_no_function_of_ours_sets_session_state(owner):
+    """Server-side code is not scanned at release: the functions the application role may call
+    must keep to transaction scope."""
+    rows = await owner.fetch(
+        "SELECT p.proname, p.prosrc FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'"
+        " AND has_function_privilege('ucp_app', p.oid, 'EXECUTE')"
+    )
+    assert rows
+    bad = re.compile(
+        r"pg_(?:try_)?advisory_lock|\bLISTEN\b|\bWITH\s+HOLD\b|\bTEMP(?:ORARY)?\b|\bEXECUTE\b"
+        r"|(?:^|;)\s*(?:SET|RESET|DISCARD)\b(?!\s+LOCAL)",
+        re.I | re.M,
+    )
+    offenders = [r["proname"] for r in rows if bad.search(r["prosrc"])]
+    offenders += [
+        r["proname"]
+        for r in rows
+        if "set_config" in r["prosrc"]
+        and leaves_session_state(re.sub(r"(?is)^\s*DECLARE\b.*?\bBEGIN\b", "", r["prosrc"]))
+    ]
+    assert offenders == []

@@ -1,0 +1,34 @@
+"""Migration 0035: verb_audit_append locks the lane head and writes it once; concurrent first
+appends to a lane (its head row does not exist yet) still chain without gaps."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ucp_gateway.db import tenant_tx
+from ucp_gateway.tenancy import create_company
+from ucp_gateway.verbs import audit
+
+
+async def test_concurrent_first_appends_chain_without_gaps(database):
+    company = await create_company(database.pool, slug="fresh", display_name="Fresh", hostnames=["fresh.example"])
+
+    async def one(i: int) -> tuple[int, int]:
+        entry = {
+            "v": 1,
+            "company_id": str(company.id),
+            "at": "2026-04-08T12:00:00Z",
+            "verb": "x.n",
+            "decision": "allowed",
+            "status": "completed",
+            "principal": {"kind": "staff", "subject": "one-subject", "role": "owner"},  # one lane
+        }
+        async with tenant_tx(database.pool, company.id) as conn:
+            return await audit.append(conn, company.id, entry)
+
+    got = await asyncio.gather(*[one(i) for i in range(20)])
+    assert sorted(seq for _, seq in got) == list(range(1, 21))
+    async with tenant_tx(database.pool, company.id) as conn:
+        report = await audit.verify_chain(conn, company.id)
+        head = await conn.fetchval("SELECT seq FROM verb_audit_heads")  # the one lane's head
+    assert report.ok and report.rows == 20 and head == 20
