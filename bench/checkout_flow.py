@@ -9,10 +9,12 @@ Two gateway configurations, each in its own process (its own event loop) on the 
 Each buyer agent has its own EC P-256 key and platform profile (served by this process on
 127.0.0.1) and loops: create (1 item) -> update (shipping destination + option, code 10OFF) ->
 complete (demo payment token), each on its own keep-alive connection through a minimal HTTP/1.1
-client (the load generator shares the 2 cores, so it must be cheap). All buyers buy the same item
-(one hot inventory row). The gateway
-runs as in production apart from http profile URLs (development mode): pool of 10, logging at
-error level, output shape checks off. The webhook worker is off (delivery is asynchronous).
+client (the load generator shares the 2 cores, so it must be cheap). By default all buyers buy the
+same item: one hot inventory row, locked by every complete until its COMMIT is flushed (the worst
+case, a flash sale); ``--items N`` spreads buyer i over the first N demo products (i mod N), as
+ordinary traffic does. The gateway runs as in production apart from http profile URLs
+(development mode): pool of 10, logging at error level, output shape checks off. The webhook
+worker is off (delivery is asynchronous).
 
 Each configuration is measured twice (``--seconds`` after ``--warmup``):
 
@@ -32,7 +34,7 @@ PostgreSQL (postmaster and backends) and the load generator (this process), and 
 the mean number of gateway backends per wait event (row locks name the waiting statement).
 On a shared machine prefer the CPU figures; repeat wall-clock figures.
 
-Usage: python bench/checkout_flow.py [--buyers 32] [--seconds 10] [--warmup 3] [--rate 100]
+Usage: python bench/checkout_flow.py [--buyers 32] [--items 1] [--seconds 10] [--warmup 3] [--rate 100]
        [--waits] [--profile DIR] [--log-sql FILE]
        (BENCH_EVENT_LOOP=asyncio runs the gateway on asyncio's own loop instead of uvloop)
 """
@@ -61,6 +63,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 V = "2026-04-08"
+PRODUCTS = ("pot_ceramic", "bouquet_roses", "bouquet_sunflowers", "bouquet_tulips", "orchid_white", "gardenias")
 
 
 def _free_port() -> int:
@@ -76,7 +79,8 @@ def _b64u(n: int) -> str:
 class Buyer:
     """One buyer agent: key, profile URL, and a minimal RFC 9421 signer (base per §2.5)."""
 
-    def __init__(self, i: int, base: str):
+    def __init__(self, i: int, base: str, item: str = "pot_ceramic"):
+        self.item = item
         self.kid = f"buyer-{i}"
         self.priv = ec.generate_private_key(ec.SECP256R1())
         n = self.priv.public_key().public_numbers()
@@ -206,7 +210,7 @@ async def _flow(c: Connection, b: Buyer, authority: str, sign: bool, lat: list, 
             raise RuntimeError(f"{method} {path} -> {status} {data[:200]!r}")
         return json.loads(data)
 
-    items = [{"item": {"id": "pot_ceramic"}, "quantity": 1}]
+    items = [{"item": {"id": b.item}, "quantity": 1}]
     co = await call("POST", "/ucp/v1/checkout-sessions", {"line_items": items}, str(uuid.uuid4()))
     upd = {
         "line_items": items,
@@ -435,6 +439,9 @@ def _spawn(mode: str, port: int, env: dict) -> subprocess.Popen:
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--buyers", type=int, default=32)
+    ap.add_argument(
+        "--items", type=int, default=1, choices=range(1, len(PRODUCTS) + 1), help="products bought (1: one hot row)"
+    )
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--rate", type=float, default=100.0, help="offered flows/s of the think-time run (b)")
@@ -469,7 +476,7 @@ async def main() -> None:
     try:
         await _prepare(dsn, ring, tmp / "keys", bool(args.log_sql))
         pport = _free_port()
-        buyers = [Buyer(i, f"http://127.0.0.1:{pport}") for i in range(args.buyers)]
+        buyers = [Buyer(i, f"http://127.0.0.1:{pport}", PRODUCTS[i % args.items]) for i in range(args.buyers)]
         platform = await _platform(buyers, pport)
         pg_pid = int((tmp / "pg" / "pg" / "postmaster.pid").read_text().split()[0])
         results: dict[tuple[str, str], dict] = {}
@@ -501,7 +508,10 @@ async def main() -> None:
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)  # the embedded data directory (tens of MB per run)
-    print(f"checkout flows (create -> update -> complete), {args.buyers} buyer agents, {args.seconds:.0f} s per run")
+    print(
+        f"checkout flows (create -> update -> complete), {args.buyers} buyer agents, {args.seconds:.0f} s per run,"
+        f" {args.items} product{'s' if args.items > 1 else ' (one hot inventory row)'}"
+    )
     labels = (("signed", "signed + audited"), ("plain", "no signatures, no audit"))
     for phase, title in (
         ("saturation", "(a) saturation: no think time"),
