@@ -1,4 +1,4 @@
-"""Migration 0035: verb_audit_append locks the lane head and writes it once; concurrent first
+"""Migration 0033: verb_audit_append locks the lane head and writes it once; concurrent first
 appends to a lane (its head row does not exist yet) still chain without gaps."""
 
 from __future__ import annotations
