@@ -99,6 +99,13 @@ async def test_protocol_errors_are_jsonrpc(gateway):
     async with aiohttp.ClientSession() as http:
         async with http.get(gateway.url + "/ucp/mcp") as resp:
             assert resp.status == 405
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", "application/jsonx"):
+        status, body, _ = await _post(gateway, call, {"Content-Type": ctype})  # never parsed as JSON-RPC
+        assert status == 415 and body["error"]["code"] == -32600 and body["id"] is None
+        assert body["error"]["data"]["code"] == "unsupported_media_type"
+    status, body, _ = await _post(gateway, {"jsonrpc": "2.0", "id": 6, "method": "ping"},
+                                  {"Content-Type": "Application/JSON; charset=utf-8"})  # fmt: skip
+    assert status == 200 and body == {"jsonrpc": "2.0", "id": 6, "result": {}}
 
 
 async def test_blocked_verb_is_a_denial_envelope(gateway):

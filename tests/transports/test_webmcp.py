@@ -67,6 +67,12 @@ async def test_execute_refusals(gateway, database):
     # and this company's session on the other company's host
     status, err = await _exec(gateway, "customer__context", body, token=token, csrf=csrf, host="other.test")
     assert status == 403 and err["code"] == "session_company_mismatch"
+    # a body that is not labelled application/json is refused before it is parsed or dispatched
+    async with aiohttp.ClientSession() as http:
+        hdrs = {"Cookie": f"{COOKIE_NAME}={token}", "X-CSRF-Token": csrf, "Content-Type": "text/plain"}
+        url = gateway.url + "/api/v1/webmcp/execute/customer__context"
+        async with http.post(url, data=b'{"input": {"customer_id": "cust_1"}}', headers=hdrs) as resp:
+            assert resp.status == 415 and (await resp.json())["code"] == "unsupported_media_type"
     # a staff token is not a session; an anonymous caller cannot open one
     async with aiohttp.ClientSession() as http:
         async with http.post(gateway.url + "/api/v1/webmcp/session") as resp:

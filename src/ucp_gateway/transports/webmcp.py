@@ -30,6 +30,7 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
 from ..errors import BadRequest, NotFound
 from ..jsonbody import InvalidJson, loads_strict
+from ..mediatype import require_json_body
 from ..verbs.decide import Call
 from ..verbs.manifest import listed
 from ..verbs.policy import Principal, RiskClass
@@ -149,7 +150,9 @@ def _parse_execute(raw: bytes) -> Mapping[str, Any]:
 
 async def execute(request: web.Request) -> web.Response:
     company, session = await _session(request)
-    body = _parse_execute(await request.read())
+    raw = await request.read()
+    require_json_body(request, raw)  # 415 otherwise, as on the REST routes
+    body = _parse_execute(raw)
     page = _page(body.get("surface", "dashboard"))
     rt = request.app[VERBS]
     verb = from_tool_name(request.match_info["tool"])[:200]
