@@ -18,7 +18,7 @@ from http_message_signatures import (
 )
 from multidict import CIMultiDict as CaseInsensitiveDict
 
-KEYS = Path("/work/shared/data/rfc9421/keys")
+KEYS = Path(__file__).resolve().parents[1] / "data" / "rfc9421" / "keys"
 KID = "test-key-ecc-p256"
 _PRIV = serialization.load_pem_private_key((KEYS / "test-key-ecc-p256.priv.pkcs8.pem").read_bytes(), None)
 _PUB = _PRIV.public_key()

@@ -1,4 +1,4 @@
-"""Loaders for the RFC 9421 / RFC 9530 vectors in /work/shared/data/rfc9421 (see its README.md).
+"""Loaders for the RFC 9421 / RFC 9530 vectors in tests/data/rfc9421 (see its README.md).
 
 The directory can be overridden with UCPGW_RFC9421_VECTORS. Sources: RFC 9421 App. B, §2.4, §2.5,
 §4.3 (draft -19 text = RFC), RFC 9530 App. D; see the README there for provenance and the B.2
@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 
 from ucp_gateway.httpsig.debug import parse_http_message
 
-DATA = Path(os.environ.get("UCPGW_RFC9421_VECTORS", "/work/shared/data/rfc9421"))
+DATA = Path(os.environ.get("UCPGW_RFC9421_VECTORS", Path(__file__).resolve().parents[1] / "data" / "rfc9421"))
 
 MESSAGES = {
     "B.2.1": ("test-request.http", None),
