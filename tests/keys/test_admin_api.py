@@ -109,6 +109,12 @@ async def test_lifecycle_body_must_be_json(admin, database):
     # regression: the reason was dropped once the signature middleware had read the body
     events = await list_key_events(database.pool, a.id)
     assert [e["reason"] for e in events if e["kid"] == body["key"]["kid"]] == ["typed"]
+    # regression: a JSON body that is not an object rotated the key anyway; now 400 and no new key
+    before = len(await list_key_events(database.pool, a.id))
+    for bad in (b"[]", b'"x"', b"1", b"null"):
+        st, err = await call("POST", "/admin/v1/keys/rotate", "admin", data=bad, headers=ctype)
+        assert st == 400 and err["code"] == "invalid_request", (bad, err)
+    assert len(await list_key_events(database.pool, a.id)) == before
 
 
 async def test_other_company_token_gets_same_401(admin):
@@ -155,6 +161,12 @@ async def test_signature_debug_endpoint(admin, clock):
     fixed = raw.rsplit("\r\n", 1)[0] + "\r\n" + '{"a": 1}'
     st, rep = await call("POST", "/admin/v1/signatures/debug", "owner", data=fixed.encode())
     assert rep["verdict"]["ok"] is True and rep["content_digest"]["match"] is True, rep
+    # regression: deeply nested JSON was a RecursionError -> 500; now a 400 like every JSON route
+    deep = b"[" * 100_000 + b"]" * 100_000
+    st, err = await call(
+        "POST", "/admin/v1/signatures/debug", "admin", data=deep, headers={"Content-Type": "application/json"}
+    )
+    assert st == 400 and err["code"] == "invalid_request", err
 
 
 async def test_scheduler_runs_in_one_replica_at_a_time(database, vault, two_companies, clock):

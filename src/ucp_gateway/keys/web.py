@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -88,7 +87,9 @@ async def _reason(request: web.Request) -> str:
         data = loads_strict(raw or b"{}")
     except InvalidJson:
         raise BadRequest("body must be JSON") from None
-    reason = data.get("reason", "") if isinstance(data, dict) else ""
+    if not isinstance(data, dict):
+        raise BadRequest('body must be a JSON object, e.g. {"reason": "..."}')
+    reason = data.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 500:
         raise BadRequest("reason must be a string of at most 500 characters")
     return reason
@@ -161,8 +162,8 @@ async def debug_handler(request: web.Request, p: StaffPrincipal) -> Any:
         raise BadRequest("send the raw HTTP request (at most 256 KiB) as the body")
     if request.content_type == "application/json":
         try:
-            raw = json.loads(raw)["request"].encode("latin-1")
-        except (ValueError, KeyError, TypeError, AttributeError):
+            raw = loads_strict(raw)["request"].encode("latin-1")
+        except (InvalidJson, ValueError, KeyError, TypeError, AttributeError):
             raise BadRequest('JSON body must be {"request": "<raw HTTP request>"}') from None
     resolver = request.app.get(KEY_RESOLVER) or request.app[_DEFAULT_RESOLVER]
     settings = request.app[SETTINGS]
