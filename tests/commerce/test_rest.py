@@ -97,6 +97,21 @@ async def test_invalid_transitions_are_409(client):
         assert (await r.json())["code"] == "checkout_not_modifiable"
 
 
+async def test_cancel_with_a_broken_body_is_400_and_cancels_nothing(client):
+    """Regression: cancel ignored its body, so ``{bad`` (labelled JSON) canceled the checkout."""
+    _, co = await _create(client, payload(fulfillment=SHIP_US))
+    cid = co["id"]
+    for bad in (b"{bad", b"[]", b'"x"'):
+        hdrs = {**headers(key=new_key()), "Content-Type": "application/json"}
+        r = await client.post(url(f"/checkout-sessions/{cid}/cancel"), data=bad, headers=hdrs)
+        assert r.status == 400, (bad, await r.text())
+        assert (await r.json())["code"] == "invalid_request"
+    r = await client.get(url(f"/checkout-sessions/{cid}"), headers=headers())
+    assert r.status == 200 and (await r.json())["status"] != "canceled"
+    r = await client.post(url(f"/checkout-sessions/{cid}/cancel"), json={}, headers=headers(key=new_key()))
+    assert r.status == 200 and (await r.json())["status"] == "canceled"
+
+
 async def test_bad_input_never_500(client):
     r, body = await _create(client, payload(qty=0))
     assert r.status == 400 and "quantity" in body["content"]

@@ -45,12 +45,17 @@ def _body(args) -> dict[str, Any]:
     return parse_json(args.get("body_text", "").encode())
 
 
+async def _cancel(conn: asyncpg.Connection, ctx: CommerceContext, args: dict[str, Any]) -> Outcome:
+    _body(args)  # cancel reads no field, but a body sent must still be a JSON object (400 otherwise)
+    return await service.cancel(conn, ctx, args["id"])
+
+
 VERB_OPS: dict[str, tuple[RiskClass, Op]] = {
     "checkout.create": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: service.create(c, x, _body(a))),
     "checkout.get": (RiskClass.READ, lambda c, x, a: service.get(c, x, a["id"])),
     "checkout.update": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: service.update(c, x, a["id"], _body(a))),
     "checkout.complete": (RiskClass.WRITE_FINANCIAL, lambda c, x, a: service.complete(c, x, a["id"], _body(a))),
-    "checkout.cancel": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: service.cancel(c, x, a["id"])),
+    "checkout.cancel": (RiskClass.WRITE_REVERSIBLE, _cancel),
     "orders.get": (RiskClass.READ, lambda c, x, a: service.get_order(c, x, a["id"])),
 }
 _DESCRIPTIONS = {
