@@ -4,6 +4,7 @@ as the full middleware path, and only for requests the trust and signature middl
 from __future__ import annotations
 
 import pytest
+from multidict import CIMultiDict
 
 from ucp_gateway.app import create_app
 from ucp_gateway.clock import FrozenClock
@@ -77,6 +78,15 @@ async def test_fast_answer_is_byte_identical_to_the_full_path(gw) -> None:
         (status, _, body), used = await _same_both_ways(gw, method, {"Host": "shop.test", **extra})
         assert status == want and used == [want], (method, extra)
         assert body == (b"" if want == 304 or method == "HEAD" else await first.read())
+    # regression: If-None-Match on two header lines is one list (RFC 9110 §5.3); only the first was read
+    two = CIMultiDict([("Host", "shop.test"), ("If-None-Match", '"x"'), ("If-None-Match", etag)])
+    before = len(gw.answered)
+    assert (await gw.get(PATH, headers=two)).status == 304 and gw.answered[before:] == [304]  # fast path
+    saved = gw.server.app[PUBLIC_FAST_PATHS].pop(PATH)
+    try:
+        assert (await gw.get(PATH, headers=two)).status == 304  # full path
+    finally:
+        gw.server.app[PUBLIC_FAST_PATHS][PATH] = saved
 
 
 async def test_unknown_host_gets_the_platform_node_and_a_bad_host_the_full_path(gw) -> None:

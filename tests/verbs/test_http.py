@@ -1,6 +1,7 @@
 """HTTP front door on the real app: manifest caching, dispatch statuses, staff tokens, Idempotency-Key."""
 
 import pytest
+from multidict import CIMultiDict
 
 from ucp_gateway.app import create_app
 from ucp_gateway.verbs.auth import issue_staff_token
@@ -34,6 +35,8 @@ async def test_manifest_public_cached_filtered(client):
     tag = r.headers["ETag"]
     again = await client.get("/api/v1/agent/verbs", headers={"If-None-Match": tag})
     assert again.status == 304
+    two = CIMultiDict([("If-None-Match", '"other"'), ("If-None-Match", tag)])  # one list (RFC 9110 §5.3)
+    assert (await client.get("/api/v1/agent/verbs", headers=two)).status == 304
     ucp = await (await client.get("/api/v1/agent/verbs?surface=ucp")).json()
     assert all("ucp" in x["surfaces"] for x in ucp) and "payments.refund" not in {x["name"] for x in ucp}
     previews = await (await client.get("/api/v1/agent/verbs?shape=preview")).json()

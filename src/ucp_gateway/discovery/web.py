@@ -107,7 +107,8 @@ def _hosted(
 ) -> web.Response:
     """200 with ``body`` (``headers``: a prebuilt ``_hosting_headers(etag, max_age, content_type)``,
     copied by aiohttp), or 304 when ``If-None-Match`` matches ``etag`` (RFC 9110 §13.1.2)."""
-    if etag_matches(request.headers.get("If-None-Match"), etag):
+    # several If-None-Match lines are one comma-separated list (RFC 9110 §5.3)
+    if etag_matches(",".join(request.headers.getall("If-None-Match", ())), etag):
         return web.Response(status=304, headers=_hosting_headers(etag, max_age))
     return web.Response(body=body, headers=headers or _hosting_headers(etag, max_age, content_type))
 

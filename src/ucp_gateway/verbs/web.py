@@ -76,7 +76,7 @@ async def manifest(request: web.Request) -> web.Response:
         cache[ck] = (body, etag(body))
     body, tag = cache[ck]
     headers = {"Cache-Control": f"public, max-age={app[SETTINGS].verbs_manifest_max_age}", "ETag": tag}
-    if tag in [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]:
+    if tag in [t.strip() for t in ",".join(request.headers.getall("If-None-Match", ())).split(",")]:  # RFC 9110 §5.3
         return web.Response(status=304, headers=headers)
     return web.Response(body=body, content_type="application/json", headers=headers)
 
