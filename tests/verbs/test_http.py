@@ -101,6 +101,8 @@ async def test_dispatch_statuses(client, database, shop):
         b'{"verb": 3}',
         b'{"verb": "x", "args": []}',
         b'{"verb": "x", "confirm": "yes"}',
+        # regression: an unknown field ('arguments' for 'args') was dropped and the verb ran with defaults
+        b'{"verb": "ap.suggest_restock", "arguments": {"threshold": 3}}',
     ):
         r = await client.post("/api/v1/agent/dispatch", data=malformed, headers={**h, "Content-Type": JSON})
         assert r.status == 400 and (await r.json())["error"]["reason"] == "invalid_request"

@@ -90,6 +90,9 @@ async def verb_detail(request: web.Request) -> web.Response:
     return web.json_response(dict(found[0].record), headers=headers)
 
 
+_CALL_FIELDS = ("verb", "args", "confirm", "typed_phrase", "nonce", "idempotency_key")
+
+
 def _parse(raw: bytes, header_key: str | None) -> Call | str:
     try:
         body = loads_strict(raw or b"null")
@@ -97,6 +100,9 @@ def _parse(raw: bytes, header_key: str | None) -> Call | str:
         return str(exc)
     if not isinstance(body, dict) or not isinstance(body.get("verb"), str) or not body["verb"]:
         return "body must be an object with a string 'verb'"
+    unknown = sorted(k for k in body if k not in _CALL_FIELDS)
+    if unknown:  # e.g. 'arguments' for 'args': never run a verb with defaults in place of what was meant
+        return f"unknown field {unknown[0][:40]!r}; a call has {', '.join(_CALL_FIELDS)}"
     args = body.get("args", {})
     if not isinstance(args, dict):
         return "'args' must be an object"
