@@ -88,14 +88,14 @@ async def owner(db_settings):
         await conn.close()
 
 
-async def _last_query(owner: asyncpg.Connection, pid: int) -> str:
-    """The last statement the backend ``pid`` ran (pg_stat_activity), once it is idle."""
+async def _last_query(owner: asyncpg.Connection, pid: int, state: str = "idle") -> str:
+    """The last statement the backend ``pid`` ran (pg_stat_activity), once it is in ``state``."""
     for _ in range(100):
         row = await owner.fetchrow("SELECT state, query FROM pg_stat_activity WHERE pid = $1", pid)
-        if row["state"] == "idle":
+        if row["state"] == state:
             return row["query"]
         await asyncio.sleep(0.01)
-    raise AssertionError("backend did not become idle")
+    raise AssertionError(f"backend did not become {state}")
 
 
 async def _context_of_next(db) -> tuple[str | None, bool]:
@@ -122,19 +122,10 @@ async def test_tenant_context_is_in_the_begin_round_trip(one_conn_db, owner):
     company = await create_company(one_conn_db.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
     async with tenant_tx(one_conn_db.pool, company.id) as conn:
         pid = conn.get_server_pid()
-        query = await _last_query_in_transaction(owner, pid)
+        query = await _last_query(owner, pid, "idle in transaction")
     assert re.fullmatch(
         rf"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT set_config\('app.company_id', '{company.id}', true\)", query
     )
-
-
-async def _last_query_in_transaction(owner, pid) -> str:
-    for _ in range(100):
-        row = await owner.fetchrow("SELECT state, query FROM pg_stat_activity WHERE pid = $1", pid)
-        if row["state"] == "idle in transaction":
-            return row["query"]
-        await asyncio.sleep(0.01)
-    raise AssertionError("backend is not idle in transaction")
 
 
 async def test_savepoints_still_nest_in_a_tenant_tx(one_conn_db):

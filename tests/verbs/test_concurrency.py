@@ -58,7 +58,6 @@ async def test_nonce_confirmed_twice_in_parallel_succeeds_once(shop, dispatcher,
 
 
 async def test_read_group_transaction_isolates_a_failing_call(shop, database, db_settings, clock):
-    from ucp_gateway.verbs import RiskClass, VerbPolicy
     from ucp_gateway.verbs.audit import verify_chain
 
     reg = build_registry()
@@ -67,16 +66,7 @@ async def test_read_group_transaction_isolates_a_failing_call(shop, database, db
         await ctx.conn.fetchval("SELECT 1 / $1::int", ctx.args["d"])
         return {"entity_id": ctx.args["d"], "data": {}}
 
-    reg.register(
-        {
-            "name": "x.divide",
-            "description": "x",
-            "shape": "aggregate",
-            "input_schema": {"type": "object", "properties": {"d": {"type": "integer"}}},
-        },
-        VerbPolicy(RiskClass.READ),
-        divide,
-    )
+    _register_read(reg, "x.divide", "d", divide)
     d = Dispatcher(reg, database.pool, db_settings, clock)
     p = staff(shop, "read_only")
     envs = await asyncio.gather(*[run(d, p, "x.divide", {"d": i % 5}) for i in range(30)])
@@ -87,9 +77,20 @@ async def test_read_group_transaction_isolates_a_failing_call(shop, database, db
         assert (await verify_chain(c, shop.id)).rows == 30
 
 
+def _register_read(reg, name: str, arg: str, handler) -> None:
+    """Register a test READ verb ``name`` taking one integer argument ``arg``."""
+    from ucp_gateway.verbs import RiskClass, VerbPolicy
+
+    schema = {"type": "object", "properties": {arg: {"type": "integer"}}}
+    reg.register(
+        {"name": name, "description": "x", "shape": "aggregate", "input_schema": schema},
+        VerbPolicy(RiskClass.READ),
+        handler,
+    )
+
+
 async def test_unstorable_argument_value_is_invalid_arguments(shop, database, db_settings, clock):
     """A value the database cannot hold (out of range) is the caller's fault: invalid_arguments, not 503."""
-    from ucp_gateway.verbs import RiskClass, VerbPolicy
 
     reg = build_registry()
 
@@ -97,16 +98,7 @@ async def test_unstorable_argument_value_is_invalid_arguments(shop, database, db
         await ctx.conn.fetchval("SELECT $1::bigint::smallint", ctx.args["n"])
         return {"entity_id": "n", "data": {}}
 
-    reg.register(
-        {
-            "name": "x.narrow",
-            "description": "x",
-            "shape": "aggregate",
-            "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
-        },
-        VerbPolicy(RiskClass.READ),
-        narrow,
-    )
+    _register_read(reg, "x.narrow", "n", narrow)
     d = Dispatcher(reg, database.pool, db_settings, clock)
     ok, bad = [await run(d, staff(shop, "read_only"), "x.narrow", {"n": n}) for n in (7, 10**6)]
     assert ok["ok"] and not bad["ok"]
