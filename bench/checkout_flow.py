@@ -13,7 +13,7 @@ client (the load generator shares the 2 cores, so it must be cheap). By default 
 same item: one hot inventory row, locked by every complete until its COMMIT is flushed (the worst
 case, a flash sale); ``--items N`` spreads buyer i over the first N demo products (i mod N), as
 ordinary traffic does. The gateway runs as in production apart from http profile URLs
-(development mode): pool of 10, logging at error level, output shape checks off. The webhook
+(development mode): pool of 10 per process, logging at error level, output shape checks off. The webhook
 worker is off (delivery is asynchronous).
 
 Each configuration is measured twice (``--seconds`` after ``--warmup``):
@@ -35,7 +35,9 @@ the mean number of gateway backends per wait event (row locks name the waiting s
 On a shared machine prefer the CPU figures; repeat wall-clock figures.
 
 Usage: python bench/checkout_flow.py [--buyers 32] [--items 1] [--seconds 10] [--warmup 3] [--rate 100]
-       [--waits] [--profile DIR] [--log-sql FILE]
+       [--workers 1] [--waits] [--profile DIR] [--log-sql FILE]
+       (--workers N: N gateway processes on the port, as ``serve --workers N``; BENCH_POOL_MAX sets
+       each one's pool size)
        (BENCH_EVENT_LOOP=asyncio runs the gateway on asyncio's own loop instead of uvloop)
 """
 
@@ -47,6 +49,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -373,19 +376,26 @@ def _child(mode: str, port: int) -> None:
     configure_logging(settings)  # as `ucp-gateway serve` does (UCPGW_LOG_LEVEL honoured)
     if mode == "plain":  # no signature middleware (the production app always has it)
         gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
+    reuse_port = os.environ.get("BENCH_WORKERS", "1") != "1"  # one of N processes on the port
+    ready_dir = os.environ.get("BENCH_READY_DIR")
+
+    async def ready(app) -> None:  # the parent waits for every worker, not just the first
+        if ready_dir:
+            Path(ready_dir, str(os.getpid())).touch()
+
     prof_dir = os.environ.get("BENCH_PROFILE_DIR")
     if not prof_dir:
-        run(settings, run_server(settings))
+        run(settings, run_server(settings, before_serve=ready, reuse_port=reuse_port))
         return
     import cProfile
 
     prof = cProfile.Profile(time.process_time)  # CPU time: the machine is shared
     prof.enable()
     try:
-        run(settings, run_server(settings))
+        run(settings, run_server(settings, before_serve=ready, reuse_port=reuse_port))
     finally:
         prof.disable()
-        prof.dump_stats(os.path.join(prof_dir, f"gateway-{mode}.prof"))
+        prof.dump_stats(os.path.join(prof_dir, f"gateway-{mode}-{os.getpid()}.prof"))
 
 
 async def _prepare(dsn: str, ring: str, keys_dir: Path, log_sql: bool = False) -> None:
@@ -421,18 +431,23 @@ async def _prepare(dsn: str, ring: str, keys_dir: Path, log_sql: bool = False) -
         await db.close()
 
 
-def _spawn(mode: str, port: int, env: dict) -> subprocess.Popen:
-    e = dict(env)
+def _spawn(mode: str, port: int, env: dict, workers: int = 1) -> list[subprocess.Popen]:
+    """Start the gateway of ``mode``: ``workers`` processes listening on ``port`` (SO_REUSEPORT when
+    more than one, as ``serve --workers N``); returns once every one of them is serving."""
+    e = dict(env, BENCH_WORKERS=str(workers), BENCH_READY_DIR=tempfile.mkdtemp(prefix="ucpgw-ready-"))
     if mode == "plain":
         e["UCPGW_COMMERCE_VIA_VERBS"] = "false"
-    proc = subprocess.Popen([sys.executable, __file__, "--child", mode, "--port", str(port)], env=e)
-    for _ in range(300):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
+    cmd = [sys.executable, __file__, "--child", mode, "--port", str(port)]
+    procs = [subprocess.Popen(cmd, env=e) for _ in range(workers)]
+    for _ in range(600):
+        if all(Path(e["BENCH_READY_DIR"], str(p.pid)).exists() for p in procs):
+            shutil.rmtree(e["BENCH_READY_DIR"], ignore_errors=True)
+            return procs
+        if any(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.1)
+    for p in procs:
+        p.kill()
     raise SystemExit("gateway did not start")
 
 
@@ -443,6 +458,7 @@ async def main() -> None:
         "--items", type=int, default=1, choices=range(1, len(PRODUCTS) + 1), help="products bought (1: one hot row)"
     )
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--workers", type=int, default=1, help="gateway processes on the port (serve --workers N)")
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--rate", type=float, default=100.0, help="offered flows/s of the think-time run (b)")
     ap.add_argument("--profile", metavar="DIR", help="cProfile each gateway process into DIR/gateway-<mode>.prof")
@@ -482,7 +498,7 @@ async def main() -> None:
         results: dict[tuple[str, str], dict] = {}
         for mode in ("signed", "plain"):
             port = _free_port()
-            proc = _spawn(mode, port, env)
+            procs = _spawn(mode, port, env, args.workers)
             try:
                 for phase, rate in (("saturation", None), ("target", args.rate)):
                     results[mode, phase] = await _load(
@@ -492,20 +508,19 @@ async def main() -> None:
                         args.seconds,
                         args.warmup,
                         rate=rate,
-                        cpu_pids=([proc.pid], [pg_pid]),
+                        cpu_pids=([p.pid for p in procs], [pg_pid]),
                         waits_dsn=dsn if args.waits else None,
                     )
             finally:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout=30)
+                for p in procs:
+                    p.send_signal(signal.SIGTERM)
+                for p in procs:
+                    p.wait(timeout=30)
         await platform.cleanup()
         if args.log_sql:
-            import shutil
-
             shutil.copy(tmp / "pg" / "pg" / "log", args.log_sql)
     finally:
         await stop_embedded(server)
-        import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)  # the embedded data directory (tens of MB per run)
     print(

@@ -59,17 +59,9 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from .demo import seed_demo
-    from .serve import run_server
+    from .serve import demo_seed_hook, run_server
 
-    async def seed(app) -> None:
-        from .appkeys import DATABASE
-
-        report = await seed_demo(app[DATABASE], settings)
-        if report.created:
-            print(f"seeded demo company {report.company.slug!r}", file=sys.stderr)
-
-    await run_server(settings, before_serve=seed if settings.demo else None)
+    await run_server(settings, before_serve=demo_seed_hook(settings))
     return 0
 
 
@@ -172,6 +164,7 @@ def _register_foundation(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", parents=[common], help="run the gateway")
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8080)")
+    p.add_argument("--workers", type=int, help="serving processes on the port (default 1; SO_REUSEPORT, Linux)")
     p.add_argument("--demo", action="store_true", help="seed and serve the flower-shop demo on 127.0.0.1/localhost")
     p.set_defaults(func=cmd_serve)
 
@@ -210,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _settings_from(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    fields = ("data_dir", "host", "port") if args.command == "serve" else ("data_dir",)
+    fields = ("data_dir", "host", "port", "workers") if args.command == "serve" else ("data_dir",)
     for field in fields:
         value = getattr(args, field, None)
         if value is not None:
@@ -244,7 +237,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "serve" and "log_level" not in settings.model_fields_set:
             settings.log_level = "warning"  # keep one-shot commands quiet on stderr
         configure_logging(settings)
-        if args.command == "serve":  # the serving loop: uvloop when installed (serve.loop_factory)
+        if args.command == "serve" and settings.workers > 1:  # a supervisor of N serving processes
+            from .workers import supervise
+
+            code = asyncio.run(supervise(settings))
+        elif args.command == "serve":  # the serving loop: uvloop when installed (serve.loop_factory)
             from .serve import run
 
             code = run(settings, args.func(args, settings)) or 0

@@ -52,6 +52,13 @@ class Settings(BaseSettings):
     db_pool_min: int = Field(default=2, ge=1)
     db_pool_max: int = Field(default=10, ge=1)
     shutdown_timeout: float = Field(default=10.0, gt=0)
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="serving processes of `serve` (SO_REUSEPORT, Linux); each has its own pool of db_pool_max "
+        "connections and its own in-process caches and buyer rate limiter",
+    )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto",
         description="event loop of `serve`: auto = uvloop when installed (less CPU per request), else asyncio's",

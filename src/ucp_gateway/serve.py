@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
-from collections.abc import Callable
+import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -20,13 +21,18 @@ from .app import create_app
 from .config import Settings
 from .errors import ConfigError
 
-__all__ = ["bind_socket", "loop_factory", "run", "run_server"]
+__all__ = ["bind_socket", "demo_seed_hook", "loop_factory", "run", "run_server"]
 
 _log = structlog.get_logger("ucp_gateway.serve")
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind and listen on ``host:port`` (port 0 picks a free one). Raises ConfigError when taken."""
+def bind_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
+    """Bind (and listen, unless ``listen`` is false) on ``host:port``; port 0 picks a free one.
+
+    ``reuse_port``: set SO_REUSEPORT first, so that every worker of ``serve --workers N`` listens on
+    the same port and the kernel spreads new connections over them (Linux socket(7)).
+    Raises: ConfigError when the port is taken (by a socket without SO_REUSEPORT) or unusable.
+    """
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
@@ -34,9 +40,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
     family, _, _, _, addr = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind(addr)
-        sock.listen(1024)
+        if listen:
+            sock.listen(1024)
     except OSError as exc:
         sock.close()
         if exc.errno in (98, 48):  # EADDRINUSE (Linux, BSD)
@@ -71,11 +80,29 @@ def run(settings: Settings, main: Any) -> Any:
         return runner.run(main)
 
 
+def demo_seed_hook(settings: Settings) -> Callable[[web.Application], Awaitable[None]] | None:
+    """The ``before_serve`` of ``serve --demo``: seed the flower-shop company (idempotent) and say so
+    on stderr when it was created. None when ``settings.demo`` is off."""
+    if not settings.demo:
+        return None
+
+    async def seed(app: web.Application) -> None:
+        from .appkeys import DATABASE
+        from .demo import seed_demo
+
+        report = await seed_demo(app[DATABASE], settings)
+        if report.created:
+            print(f"seeded demo company {report.company.slug!r}", file=sys.stderr)
+
+    return seed
+
+
 async def run_server(
     settings: Settings,
     *,
     before_serve: Callable[[web.Application], object] | None = None,
     stop: asyncio.Event | None = None,
+    reuse_port: bool = False,
 ) -> None:
     """Serve ``create_app(settings)`` until a signal (or ``stop``) arrives.
 
@@ -83,9 +110,10 @@ async def run_server(
         before_serve: optional ``async (app) -> None`` run after the database is open and before the
             socket accepts connections (``serve --demo`` seeds here).
         stop: an event that ends serving when set (tests); SIGINT/SIGTERM set it too.
+        reuse_port: listen with SO_REUSEPORT (a worker of ``serve --workers N``, ucp_gateway.workers).
     Raises: ConfigError (port in use, database problems) before anything is served.
     """
-    sock = bind_socket(settings.host, settings.port)
+    sock = bind_socket(settings.host, settings.port, reuse_port=reuse_port)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

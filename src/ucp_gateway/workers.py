@@ -1,0 +1,226 @@
+"""``serve --workers N``: N serving processes on one port, under a supervisor process.
+
+One gateway process runs one event loop on one core. With ``workers`` > 1 the ``serve`` process
+becomes a supervisor: it reserves the port, creates the development secrets once (so workers never
+race to write them), starts the embedded PostgreSQL and applies migrations when no
+``database_url`` is set, then spawns the workers. Each worker is a full gateway (``run_server``)
+listening with SO_REUSEPORT on the same port; the kernel spreads new connections over the
+listening workers (Linux socket(7)). Worker 0 starts first and seeds the demo (``--demo``), the
+others after it is ready.
+
+Supervision: a worker that dies is restarted (checked every second), at most ``MAX_RESTARTS`` times per
+``RESTART_WINDOW`` seconds (then the supervisor shuts everything down and exits 1, since a worker
+that keeps crashing would otherwise hide the fault). A worker that fails before it is ready (port
+in use, database refused) stops the start-up with exit code 1. SIGINT/SIGTERM: every worker gets
+SIGTERM and shuts down gracefully (``shutdown_timeout``); stragglers are killed; the embedded
+PostgreSQL stops last.
+
+Every worker has its own pool (``db_pool_max`` connections), profile and host caches and buyer
+rate limiter. What must be shared already lives in PostgreSQL: the replay cache, idempotency keys,
+daily caps, the audit chain, the webhook outbox (claimed with SKIP LOCKED) and the key scheduler
+(advisory lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from .config import Settings
+from .errors import ConfigError, GatewayError
+
+__all__ = ["MAX_RESTARTS", "RESTART_WINDOW", "RestartBudget", "supervise"]
+
+_log = structlog.get_logger("ucp_gateway.workers")
+
+MAX_RESTARTS = 5  # restarts of crashed workers allowed per RESTART_WINDOW seconds
+RESTART_WINDOW = 60.0
+_START_TIMEOUT = 120.0  # seconds a worker may take to open the database and listen
+_POLL = 0.1
+
+
+@dataclass
+class RestartBudget:
+    """Pure restart policy: at most ``limit`` restarts within any ``window`` seconds."""
+
+    limit: int = MAX_RESTARTS
+    window: float = RESTART_WINDOW
+    times: list[float] = field(default_factory=list)
+
+    def allow(self, now: float) -> bool:
+        """Record a restart at ``now`` (monotonic seconds) and say whether it is allowed."""
+        self.times = [t for t in self.times if now - t < self.window]
+        if len(self.times) >= self.limit:
+            return False
+        self.times.append(now)
+        return True
+
+
+def _worker_main(settings: Settings, index: int, ready: Any, seed: bool) -> None:
+    """Entry point of a worker process (spawned): serve until SIGTERM/SIGINT; exit 1 on a
+    configuration error, printed like the CLI prints it."""
+    from .logs import configure_logging
+    from .serve import demo_seed_hook, run, run_server
+
+    configure_logging(settings)
+    structlog.contextvars.bind_contextvars(worker=index)
+    seeder = demo_seed_hook(settings) if seed else None
+
+    async def before_serve(app: Any) -> None:
+        if seeder is not None:
+            await seeder(app)
+        ready.set()
+
+    try:
+        run(settings, run_server(settings, before_serve=before_serve, reuse_port=True))
+    except GatewayError as exc:
+        print(f"ucp-gateway: error: worker {index}: {exc.message}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:  # SIGINT before the loop installed its handler
+        sys.exit(130)
+
+
+class _Workers:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited loop, pool or threads
+        self.procs: dict[int, Any] = {}
+        self.ready: dict[int, Any] = {}
+
+    def start(self, index: int, *, seed: bool = False) -> None:
+        ready = self.ctx.Event()
+        proc = self.ctx.Process(
+            target=_worker_main, args=(self.settings, index, ready, seed), name=f"ucp-gateway-worker-{index}"
+        )
+        proc.start()
+        self.procs[index], self.ready[index] = proc, ready
+        _log.info("worker_started", worker=index, pid=proc.pid)
+
+    async def wait_ready(self, indexes: list[int], stop: asyncio.Event) -> bool:
+        """True when every worker in ``indexes`` is listening; False when one exited first, the
+        start-up timed out or ``stop`` was set."""
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not stop.is_set():
+            if all(self.ready[i].is_set() for i in indexes):
+                return True
+            for i in indexes:
+                code = self.procs[i].exitcode
+                if code is not None:
+                    _log.error("worker_failed_to_start", worker=i, exit_code=code)
+                    return False
+            if time.monotonic() > deadline:
+                _log.error("worker_start_timeout", seconds=_START_TIMEOUT)
+                return False
+            await asyncio.sleep(_POLL)
+        return False
+
+    async def stop_all(self, grace: float) -> None:
+        """SIGTERM every live worker, wait up to ``grace`` seconds, then SIGKILL stragglers."""
+        for proc in self.procs.values():
+            if proc.exitcode is None:
+                try:
+                    os.kill(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        # a process exit is no asyncio event: poll the exit codes
+        while any(p.exitcode is None for p in self.procs.values()) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(_POLL)
+        for i, proc in self.procs.items():
+            if proc.exitcode is None:
+                _log.warning("worker_killed", worker=i, pid=proc.pid)
+                proc.kill()
+            proc.join(timeout=5)
+
+
+async def _prepare(settings: Settings) -> tuple[Settings, Any]:
+    """Create the development secrets once and open the database once (embedded start and
+    migrations). Returns ``(settings for the workers, embedded server or None)``."""
+    from .db.database import connect_database
+    from .keys.web import load_ring
+    from .verbs.secret import load_nonce_secrets
+
+    load_ring(settings)  # dev: generates keys/dev.kek here, not racily in N workers
+    load_nonce_secrets(settings)  # dev: generates <data_dir>/verbs-nonce.secret likewise
+    db = await connect_database(settings)
+    embedded, db.embedded = db.embedded, None  # keep the embedded server running for the workers
+    await db.close()
+    update: dict[str, Any] = {"workers": 1}
+    if embedded is not None:
+        update["database_url"] = db.owner_dsn
+    return settings.model_copy(update=update), embedded
+
+
+async def supervise(settings: Settings) -> int:
+    """Run ``settings.workers`` gateway processes on one port until SIGINT/SIGTERM.
+
+    Returns the exit code: 0 after a signal, 1 when a worker failed to start or kept crashing.
+    Raises: ConfigError before anything is started (SO_REUSEPORT missing, port taken, database).
+    """
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise ConfigError("workers > 1 needs SO_REUSEPORT (Linux); run one process per port instead")
+    # bound, not listening: holds the port (and learns it for port 0) without taking connections
+    from .serve import bind_socket
+
+    holder = bind_socket(settings.host, settings.port, reuse_port=True, listen=False)
+    embedded = None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    code = 0
+    try:
+        worker_settings, embedded = await _prepare(settings)
+        worker_settings = worker_settings.model_copy(update={"port": holder.getsockname()[1]})
+        workers = _Workers(worker_settings)
+        try:
+            code = await _run(workers, settings.workers, settings.demo, stop)
+        finally:
+            await workers.stop_all(settings.shutdown_timeout + 5)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        holder.close()
+        if embedded is not None:
+            from .db.embedded import stop_embedded
+
+            await stop_embedded(embedded)
+        _log.info("stopped", exit_code=code)
+    return code
+
+
+async def _run(workers: _Workers, n: int, demo: bool, stop: asyncio.Event) -> int:
+    workers.start(0, seed=demo)
+    if not await workers.wait_ready([0], stop):
+        return 0 if stop.is_set() else 1
+    for i in range(1, n):
+        workers.start(i)
+    if not await workers.wait_ready(list(range(n)), stop):
+        return 0 if stop.is_set() else 1
+    host, port = workers.settings.host, workers.settings.port
+    _log.info("listening", url=f"http://{host}:{port}", workers=n)
+    budget = RestartBudget()
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+        except TimeoutError:
+            pass
+        for i, proc in list(workers.procs.items()):
+            if proc.exitcode is None or stop.is_set():
+                continue
+            _log.error("worker_exited", worker=i, pid=proc.pid, exit_code=proc.exitcode)
+            if not budget.allow(time.monotonic()):
+                _log.error("workers_keep_crashing", restarts=budget.limit, window_seconds=budget.window)
+                return 1
+            proc.join(timeout=1)
+            workers.start(i)
+    return 0

@@ -1,0 +1,123 @@
+"""``serve --workers N``: one port served by N processes, crashed workers restarted, clean stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from ucp_gateway.workers import RestartBudget
+
+from .test_cli import CLI, _free_port, _postgres_procs, assert_one_line_error, run
+
+
+def _events(log: Path) -> list[dict]:
+    out = []
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def _wait_for(log: Path, proc, pred, timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        hit = next((e for e in _events(log) if pred(e)), None)
+        if hit is not None:
+            return hit
+        assert proc.poll() is None, f"supervisor exited: {log.read_text()[-2000:]}"
+        time.sleep(0.1)
+    raise AssertionError(f"timed out; log tail: {log.read_text()[-2000:]}")
+
+
+def _second(log: Path, worker: int) -> bool:
+    return sum(1 for e in _events(log) if e.get("event") == "listening" and e.get("worker") == worker) >= 2
+
+
+def _get(port: int, path: str = "/healthz") -> int:
+    # a new connection each time: SO_REUSEPORT spreads connections, not requests
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        return r.status
+
+
+def test_workers_share_the_port_restart_a_crashed_worker_and_stop_cleanly(tmp_path):
+    data_dir = (tmp_path / "gw").resolve()
+    log = tmp_path / "serve.log"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("UCPGW_")}
+    env["UCPGW_LOG_LEVEL"] = "info"  # one access-log line per request, tagged with the worker
+    port = _free_port()
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [*CLI, "serve", "--demo", "--workers", "2", "--data-dir", str(data_dir), "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+        )
+    try:
+        _wait_for(log, proc, lambda e: e.get("event") == "listening" and e.get("workers") == 2)
+        assert "seeded demo company" in log.read_text()  # worker 0 seeded before worker 1 started
+        pids = {e["worker"]: e["pid"] for e in _events(log) if e.get("event") == "worker_started"}
+        assert set(pids) == {0, 1} and len(set(pids.values())) == 2
+        for _ in range(40):
+            assert _get(port) == 200
+        served = {e["worker"] for e in _events(log) if e.get("event") == "request" and e.get("path") == "/healthz"}
+        assert served == {0, 1}, "both workers take connections on the one port"
+
+        os.kill(pids[1], signal.SIGKILL)  # a crash, not a shutdown
+        _wait_for(log, proc, lambda e: e.get("event") == "worker_exited" and e.get("worker") == 1)
+        again = _wait_for(
+            log, proc, lambda e: e.get("event") == "worker_started" and e.get("worker") == 1 and e["pid"] != pids[1]
+        )
+        # the new worker 1 opens its pool, then listens (its second "listening" line)
+        _wait_for(log, proc, lambda e: e.get("event") == "listening" and e.get("worker") == 1 and _second(log, 1))
+        assert all(_get(port) == 200 for _ in range(10))
+        live = [again["pid"], pids[0]]
+        assert all(psutil.pid_exists(p) for p in live)
+        assert _postgres_procs(data_dir), "the supervisor's embedded postgres serves every worker"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, log.read_text()[-2000:]
+    events = _events(log)
+    assert sum(1 for e in events if e.get("event") == "stopped" and "worker" in e) >= 2  # graceful, not killed
+    assert not any(e.get("event") == "worker_killed" for e in events)
+    for pid in live:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    deadline = time.monotonic() + 10
+    while _postgres_procs(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _postgres_procs(data_dir) == [], "a postgres process outlived the supervisor"
+
+
+def test_workers_refuse_a_port_held_by_another_listener(tmp_path):
+    with socket.socket() as s:  # no SO_REUSEPORT: the workers must not share its port
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        # refused at bind time, before any database or worker is started
+        proc = run(["serve", "--workers", "2", "--port", str(port), "--data-dir", str(tmp_path)])
+        assert_one_line_error(proc, f"port {port} on 127.0.0.1 is already in use")
+
+
+def test_workers_setting_is_bounded():
+    proc = run(["serve", "--workers", "0"], {})
+    assert_one_line_error(proc, "invalid setting workers")
+
+
+def test_restart_budget_allows_limit_restarts_per_window():
+    budget = RestartBudget(limit=3, window=60.0)
+    assert [budget.allow(t) for t in (0.0, 1.0, 2.0, 3.0)] == [True, True, True, False]
+    assert budget.allow(60.5)  # the restart at 0.0 left the window (3.0 was refused, not counted)
+    assert budget.allow(61.0)  # and the one at 1.0
+    assert not budget.allow(61.5)  # 2.0, 60.5 and 61.0 are still within 60 s
+    assert budget.allow(200.0)
