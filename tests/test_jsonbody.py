@@ -150,3 +150,48 @@ def test_dumps_compact_leaves_the_rest_to_the_json_module():
         dumps_compact({"at": datetime.datetime(2026, 1, 1)})
     with pytest.raises(UnicodeEncodeError):
         dumps_compact(["\ud800"])
+
+
+_db_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from('\x1f\x7f\u2028"\\/é\U0001f339')),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_db_values)
+def test_db_codec_round_trips_the_json_modules_values(value):
+    """The asyncpg json/jsonb codec: parameters mean what json.dumps means, columns decode to what
+    json.loads gives (ints beyond 64 bits stay ints, never floats)."""
+    from ucp_gateway.jsonbody import db_dumps, db_loads
+
+    assert json.loads(db_dumps(value)) == json.loads(json.dumps(value))
+    text = json.dumps(value)
+    decoded = db_loads(text)
+    assert decoded == json.loads(text)
+    assert json.dumps(decoded) == text  # same types too (an int is not read back as a float)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["18446744073709551616", '{"q": -9223372036854775809}', "[12345678901234567890123, 1]", "1e400", '"\\ud800"'],
+)
+def test_db_loads_leaves_what_orjson_reads_differently_to_the_json_module(text):
+    from ucp_gateway.jsonbody import db_loads
+
+    assert json.dumps(db_loads(text)) == json.dumps(json.loads(text))
+
+
+def test_db_dumps_leaves_the_rest_to_the_json_module():
+    import datetime
+
+    from ucp_gateway.jsonbody import db_dumps
+
+    assert json.loads(db_dumps({1: "x", "big": 2**80})) == {"1": "x", "big": 2**80}
+    with pytest.raises(TypeError):
+        db_dumps({"at": datetime.datetime(2026, 1, 1)})

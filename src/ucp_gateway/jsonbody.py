@@ -10,6 +10,7 @@ all of them up front, so a bad body is a 400 at the transport and never a 500/50
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 try:  # about 30x faster than the json module's encoder on response bodies
@@ -17,7 +18,7 @@ try:  # about 30x faster than the json module's encoder on response bodies
 except ImportError:  # pragma: no cover - a dependency; the json module stays the reference
     orjson = None
 
-__all__ = ["MAX_DEPTH", "InvalidJson", "dumps_compact", "loads_strict"]
+__all__ = ["MAX_DEPTH", "InvalidJson", "db_dumps", "db_loads", "dumps_compact", "loads_strict"]
 
 #: Deepest nesting accepted (objects + arrays). UCP documents nest well under 20 levels.
 MAX_DEPTH = 64
@@ -144,3 +145,37 @@ def dumps_compact(value: Any) -> bytes:
         except TypeError:
             pass
     return _stdlib_compact(value)
+
+
+def db_dumps(value: Any) -> str:
+    """Text of a json/jsonb query parameter (the asyncpg codec's encoder; PostgreSQL parses it).
+
+    The same JSON value as ``json.dumps(value)``, written by orjson when it can (the dumps_compact
+    rules: spelling may differ, values do not); whatever orjson refuses goes to the json module, so
+    results and errors are its own. Raises: TypeError / ValueError as the json module does.
+    """
+    if orjson is not None:
+        try:
+            return orjson.dumps(value, default=_unsupported, option=_ORJSON_OPTS).decode()
+        except TypeError:
+            pass
+    return json.dumps(value)
+
+
+# orjson reads integers beyond 64 bits as floats; any run of 19+ digits goes to the json module
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
+def db_loads(text: str) -> Any:
+    """Python value of a json/jsonb column (the asyncpg codec's decoder): ``json.loads(text)``.
+
+    orjson decodes it unless the text has a run of 19 or more digits (a possible integer beyond 64
+    bits, which orjson would turn into a float) or orjson refuses it (1e400, a lone surrogate
+    escape); then the json module does. Raises: ValueError (json.JSONDecodeError) as json.loads.
+    """
+    if orjson is not None and not _LONG_DIGITS.search(text):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)

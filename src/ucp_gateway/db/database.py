@@ -11,7 +11,6 @@ Two roles (docs/architecture.md, "Data"):
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import asyncpg
 
 from ..config import Settings
 from ..errors import ConfigError
+from ..jsonbody import db_dumps, db_loads
 from .connection import GatewayConnection
 from .dsn import check_dsn, with_database, with_user
 from .embedded import start_embedded, stop_embedded
@@ -34,9 +34,9 @@ _CONNECT_TIMEOUT = 10.0
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    # json/jsonb as Python values on every pooled connection
+    # json/jsonb as Python values on every pooled connection (json module semantics, orjson speed)
     for typ in ("json", "jsonb"):
-        await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+        await conn.set_type_codec(typ, encoder=db_dumps, decoder=db_loads, schema="pg_catalog")
 
 
 async def owner_connect(dsn: str) -> asyncpg.Connection:
