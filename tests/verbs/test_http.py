@@ -37,6 +37,10 @@ async def test_manifest_public_cached_filtered(client):
     assert again.status == 304
     two = CIMultiDict([("If-None-Match", '"other"'), ("If-None-Match", tag)])  # one list (RFC 9110 §5.3)
     assert (await client.get("/api/v1/agent/verbs", headers=two)).status == 304
+    # regression: the comparison was exact, so a weak validator or * never revalidated (RFC 9110 §13.1.2)
+    for inm in (f"W/{tag}", "*", f'"other", W/{tag}'):
+        assert (await client.get("/api/v1/agent/verbs", headers={"If-None-Match": inm})).status == 304, inm
+    assert (await client.get("/api/v1/agent/verbs", headers={"If-None-Match": 'W/"other"'})).status == 200
     ucp = await (await client.get("/api/v1/agent/verbs?surface=ucp")).json()
     assert all("ucp" in x["surfaces"] for x in ucp) and "payments.refund" not in {x["name"] for x in ucp}
     previews = await (await client.get("/api/v1/agent/verbs?shape=preview")).json()

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
+from ..discovery.caching import etag_matches
 from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import UnsupportedMediaType, require_json_body
 from ..tenancy import SUBAGENTS, resolve_host
@@ -76,7 +77,8 @@ async def manifest(request: web.Request) -> web.Response:
         cache[ck] = (body, etag(body))
     body, tag = cache[ck]
     headers = {"Cache-Control": f"public, max-age={app[SETTINGS].verbs_manifest_max_age}", "ETag": tag}
-    if tag in [t.strip() for t in ",".join(request.headers.getall("If-None-Match", ())).split(",")]:  # RFC 9110 §5.3
+    # several If-None-Match lines are one list (RFC 9110 §5.3); weak comparison and * (§13.1.2)
+    if etag_matches(",".join(request.headers.getall("If-None-Match", ())), tag):
         return web.Response(status=304, headers=headers)
     return web.Response(body=body, content_type="application/json", headers=headers)
 
