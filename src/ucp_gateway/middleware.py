@@ -83,32 +83,22 @@ def json_error(status: int, code: str, content: str, headers: dict[str, str] | N
     return web.json_response({"code": code, "content": content}, status=status, headers=headers)
 
 
-class _RandomIds:
-    """32 random hex digits per id (as ``uuid4().hex`` long), cut from a 4 KiB ``os.urandom`` buffer:
-    one ``getrandom`` call per 256 ids. A forked child starts with a fresh buffer (no shared ids)."""
-
-    __slots__ = ("buf", "pos")
-
-    def __init__(self) -> None:
-        self.buf = b""
-        self.pos = 0
-
-    def reset(self) -> None:
-        self.buf = b""
-        self.pos = 0
-
-    def next(self) -> str:
-        pos = self.pos
-        if pos >= len(self.buf):
-            self.buf = os.urandom(4096)
-            pos = 0
-        self.pos = pos + 16
-        return self.buf[pos : pos + 16].hex()
+_IDS: list[str] = []  # ready request ids, taken from the end (list.pop: no Python call per request)
 
 
-_IDS = _RandomIds()
-os.register_at_fork(after_in_child=_IDS.reset)
-_new_request_id = _IDS.next
+def _refill_ids() -> str:
+    """A fresh request id (32 random hex digits, as ``uuid4().hex`` long); the other 255 cut from the
+    same 4 KiB ``os.urandom`` buffer wait in :data:`_IDS`. A forked child starts empty (no shared ids)."""
+    buf = os.urandom(4096)
+    _IDS[:] = [buf[i : i + 16].hex() for i in range(16, 4096, 16)]
+    return buf[:16].hex()
+
+
+os.register_at_fork(after_in_child=_IDS.clear)
+
+
+def _new_request_id() -> str:
+    return _IDS.pop() if _IDS else _refill_ids()
 
 
 class Foundation:
@@ -191,6 +181,7 @@ def foundation_middleware(state: Foundation) -> Middleware:
     log_on = state.log_on
     wrappers = state.wrappers
     fast_paths = state.fast_paths
+    ids = _IDS
 
     @web.middleware
     async def foundation(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -205,7 +196,7 @@ def foundation_middleware(state: Foundation) -> Middleware:
             response.headers["Server"] = SERVER
             return response
         incoming = request.headers.get("Request-Id")
-        rid = incoming if incoming and _SAFE_ID.match(incoming) else _new_request_id()
+        rid = incoming if incoming and _SAFE_ID.match(incoming) else (ids.pop() if ids else _refill_ids())
         start = time.perf_counter() if log_on else 0.0
         fast = fast_paths.get(path)
         if fast is not None and "\x00" not in request.query_string:  # the key, a plain path, has no %00
