@@ -120,3 +120,11 @@ async def test_every_answer_names_the_gateway_not_the_framework(client):
         assert r.headers["Server"] == "ucp-gateway" and r.headers["Request-Id"] == "srv-1", (method, path)
         if path == "/ucp/mcp":
             assert (await r.json())["jsonrpc"] == "2.0"
+
+
+def test_generated_request_ids_are_unique_across_refills():
+    from ucp_gateway.middleware import _IDS, _new_request_id
+
+    _IDS.clear()
+    ids = [_new_request_id() for _ in range(1000)]  # about four 4 KiB buffers
+    assert len(set(ids)) == 1000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
