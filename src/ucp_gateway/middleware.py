@@ -28,7 +28,8 @@ import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import istr
 
 from .appkeys import DATABASE, REQ_COMPANY, REQ_REQUEST_ID
 from .errors import BadRequest, GatewayError
@@ -151,6 +152,9 @@ def _map_error(request: web.Request, exc: Exception) -> web.Response:
 
 
 SERVER = "ucp-gateway"  # the Server header: no framework or Python version on the wire
+# header names as istr: a case-insensitive lookup or set with a plain str folds the name every time
+_REQUEST_ID = istr("Request-Id")
+_SERVER = hdrs.SERVER
 
 
 def foundation_middleware(state: Foundation) -> Middleware:
@@ -191,11 +195,11 @@ def foundation_middleware(state: Foundation) -> Middleware:
             try:
                 response = await wrappers[path](request, partial(foundation, handler=handler))
             except web.HTTPException as exc:
-                exc.headers["Server"] = SERVER
+                exc.headers[_SERVER] = SERVER
                 raise
-            response.headers["Server"] = SERVER
+            response.headers[_SERVER] = SERVER
             return response
-        incoming = request.headers.get("Request-Id")
+        incoming = request.headers.get(_REQUEST_ID)
         rid = incoming if incoming and _SAFE_ID.match(incoming) else (ids.pop() if ids else _refill_ids())
         start = time.perf_counter() if log_on else 0.0
         fast = fast_paths.get(path)
@@ -210,8 +214,8 @@ def foundation_middleware(state: Foundation) -> Middleware:
                 fast = None  # declined or failed: not asked again below
                 if response is not None:
                     headers = response.headers
-                    headers["Request-Id"] = rid
-                    headers["Server"] = SERVER
+                    headers[_REQUEST_ID] = rid
+                    headers[_SERVER] = SERVER
                     if log_on:
                         token = REQUEST_ID_VAR.set(rid)
                         try:
@@ -249,13 +253,13 @@ def foundation_middleware(state: Foundation) -> Middleware:
                 response = _map_error(request, exc)
             status = response.status
             headers = response.headers
-            headers["Request-Id"] = rid
-            headers["Server"] = SERVER
+            headers[_REQUEST_ID] = rid
+            headers[_SERVER] = SERVER
             return response
         except web.HTTPException as exc:  # < 400 or already JSON: aiohttp sends it as it is
             status = exc.status
-            exc.headers["Request-Id"] = rid
-            exc.headers["Server"] = SERVER
+            exc.headers[_REQUEST_ID] = rid
+            exc.headers[_SERVER] = SERVER
             raise
         finally:
             if log_on:

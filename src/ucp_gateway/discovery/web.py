@@ -29,7 +29,7 @@ from uuid import UUID
 import asyncpg
 import structlog
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, istr
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
 from ..config import Settings
@@ -100,7 +100,7 @@ def _hosting_headers(etag: str, max_age: int, content_type: str | None = None) -
 def _hosted(request: web.Request, body: bytes, etag: str, content_type: str, max_age: int) -> web.Response:
     """200 with ``body``, or 304 when ``If-None-Match`` matches ``etag`` (RFC 9110 §13.1.2)."""
     # several If-None-Match lines are one comma-separated list (RFC 9110 §5.3)
-    if etag_matches(",".join(request.headers.getall("If-None-Match", ())), etag):
+    if etag_matches(",".join(request.headers.getall(_IF_NONE_MATCH, ())), etag):
         return web.Response(status=304, headers=_hosting_headers(etag, max_age))
     return web.Response(body=body, headers=_hosting_headers(etag, max_age, content_type))
 
@@ -143,6 +143,11 @@ async def _graph_page(app: web.Application, host: str, after: str | None) -> dic
     return agent_graph_page(links, next_url=next_url, page_url=pages)
 
 
+# header names as istr: a case-insensitive lookup with a plain str folds the name on every request
+_IF_NONE_MATCH = istr("If-None-Match")
+_SIGNATURE, _SIGNATURE_INPUT, _ACCEPT_SIGNATURE = istr("Signature"), istr("Signature-Input"), istr("Accept-Signature")
+
+
 class _Entry:
     """One rendered profile: its bytes, strong ETag, freshness deadline (monotonic seconds) and the
     200 and 304 response headers for the ``max_age`` they were built with (rebuilt if the setting
@@ -167,7 +172,7 @@ class _Entry:
             self.max_age = max_age
         headers = request.headers
         # several If-None-Match lines are one comma-separated list (RFC 9110 §5.3)
-        if "If-None-Match" in headers and etag_matches(",".join(headers.getall("If-None-Match")), self.etag):
+        if _IF_NONE_MATCH in headers and etag_matches(",".join(headers.getall(_IF_NONE_MATCH)), self.etag):
             return web.Response(status=304, headers=self.not_modified)
         return web.Response(body=self.body, headers=self.headers)
 
@@ -304,7 +309,7 @@ def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.R
         if request.body_exists or request.match_info.handler is not well_known_ucp:
             return None
         headers = request.headers
-        if "Signature" in headers or "Signature-Input" in headers or "Accept-Signature" in headers:
+        if _SIGNATURE in headers or _SIGNATURE_INPUT in headers or _ACCEPT_SIGNATURE in headers:
             return None
         prefixes = settings.httpsig_exempt_prefixes
         if prefixes is not seen[0] or type(prefixes) is not tuple:  # a list may change in place
