@@ -20,7 +20,11 @@ async def client(aiohttp_client, database, db_settings):
     async def conflict(request):
         raise Conflict("already there", code="already_there")
 
+    async def redirect(request):
+        raise web.HTTPFound("/healthz")
+
     app.router.add_get("/_test/boom", boom)
+    app.router.add_get("/_test/redirect", redirect)
     app.router.add_get("/_test/conflict", conflict)
     return await aiohttp_client(app)
 
@@ -94,3 +98,33 @@ async def test_app_factory_without_database_opens_one(db_settings, aiohttp_clien
     r = await client.get("/readyz")
     assert r.status == 200
     assert isinstance(app, web.Application)
+
+
+async def test_every_answer_names_the_gateway_not_the_framework(client):
+    """``Server: ucp-gateway`` and ``Request-Id`` on answers, errors and re-raised HTTP exceptions
+    alike (set by the foundation layer, not an on_response_prepare receiver)."""
+    assert not client.server.app.on_response_prepare  # no per-response signal work
+    for method, path, status in (
+        ("GET", "/healthz", 200),
+        ("GET", "/no/such/thing", 404),
+        ("POST", "/healthz", 405),
+        ("GET", "/_test/boom", 500),
+        ("GET", "/_test/conflict", 409),
+        ("GET", "/healthz?x=%00", 400),
+        ("GET", "/_test/redirect", 302),  # an HTTP exception < 400: re-raised for aiohttp to send
+        ("POST", "/ucp/mcp", 404),  # no company here; rebuilt by the MCP path wrapper as a JSON-RPC error
+    ):
+        body = b"{" if method == "POST" else None
+        r = await client.request(method, path, headers={"Request-Id": "srv-1"}, data=body, allow_redirects=False)
+        assert r.status == status, (method, path, await r.text())
+        assert r.headers["Server"] == "ucp-gateway" and r.headers["Request-Id"] == "srv-1", (method, path)
+        if path == "/ucp/mcp":
+            assert (await r.json())["jsonrpc"] == "2.0"
+
+
+def test_generated_request_ids_are_unique_across_refills():
+    from ucp_gateway.middleware import _IDS, _new_request_id
+
+    _IDS.clear()
+    ids = [_new_request_id() for _ in range(1000)]  # about four 4 KiB buffers
+    assert len(set(ids)) == 1000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)

@@ -97,14 +97,6 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
             (embedded or ``DATABASE_URL``) and closes it, and the embedded server, at cleanup.
     Returns: the application; nothing touches the network until it is started.
     """
-    app = web.Application(
-        middlewares=[foundation_middleware],
-        client_max_size=settings.client_max_size,
-        # Content-Digest (RFC 9530) covers the body as transferred: never decode before verifying.
-        handler_args={"auto_decompress": False},
-    )
-    app[SETTINGS] = settings
-    app[CLOCK] = clock or SystemClock()
     access_log = structlog.get_logger("ucp_gateway.http").bind()
     state = Foundation(
         host_cache=HostCache(ttl=settings.host_cache_ttl),
@@ -114,7 +106,16 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
         wrappers={},  # path -> wrapper around the foundation layer (transports: /ucp/mcp)
         fast_paths={},  # path -> cached public answer before subsystem middlewares (discovery)
     )
-    app[FOUNDATION] = state  # the middleware's one lookup; the keys below name the same objects
+    app = web.Application(
+        # the foundation layer also sets Server (no on_response_prepare receiver: every response would pay)
+        middlewares=[foundation_middleware(state)],
+        client_max_size=settings.client_max_size,
+        # Content-Digest (RFC 9530) covers the body as transferred: never decode before verifying.
+        handler_args={"auto_decompress": False},
+    )
+    app[SETTINGS] = settings
+    app[CLOCK] = clock or SystemClock()
+    app[FOUNDATION] = state  # the middleware's state; the keys below name the same objects
     app[HOST_CACHE] = state.host_cache
     app[ACCESS_LOG] = access_log
     app[ACCESS_LOG_ON] = state.log_on
@@ -124,17 +125,11 @@ def create_app(settings: Settings, *, clock: Clock | None = None, database: Data
         app[DATABASE] = database
     else:
         app.cleanup_ctx.append(_database_ctx)
-    app.on_response_prepare.append(_server_header)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     for setup in COMPONENTS:
         setup(app)
     return app
-
-
-async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
-    # no framework or Python version on the wire (aiohttp would add "Python/3.x aiohttp/3.x")
-    response.headers["Server"] = "ucp-gateway"
 
 
 async def _database_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -12,10 +12,12 @@ in its ``setup``):
 - ``app[PATH_WRAPPERS][path]``: ``async (request, call) -> response``, run OUTSIDE this layer (around
   request id, error mapping and every subsystem middleware) for requests to exactly ``path``;
   ``call(request)`` runs the rest. The MCP binding rewrites REST-shaped errors into JSON-RPC here.
-- ``app[PUBLIC_FAST_PATHS][path]``: ``(request) -> response | None``, sync, called after tenancy and
-  before the subsystem middlewares. It answers a public document from a cache, or returns None and
-  the request takes the full path. It must answer byte-for-byte what the full path would, so it may
-  answer only requests that no subsystem middleware would act on (discovery's ``/.well-known/ucp``).
+- ``app[PUBLIC_FAST_PATHS][path]``: ``(request, host) -> response | None``, sync (``host`` is
+  ``request.host``), called once the Host has a fresh host-cache answer and before the subsystem
+  middlewares. It answers a public document from a cache, or returns None and the request takes the
+  full path. It must answer byte-for-byte what the full path would, so it may answer only requests
+  that no subsystem middleware would act on (discovery's ``/.well-known/ucp``); the foundation adds
+  ``Request-Id`` and ``Server`` to both alike.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import istr
 
 from .appkeys import DATABASE, REQ_COMPANY, REQ_REQUEST_ID
 from .errors import BadRequest, GatewayError
@@ -40,6 +43,7 @@ __all__ = [
     "HOST_CACHE",
     "PATH_WRAPPERS",
     "PUBLIC_FAST_PATHS",
+    "SERVER",
     "FastPath",
     "Foundation",
     "PathWrapper",
@@ -49,7 +53,8 @@ __all__ = [
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PathWrapper = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
-FastPath = Callable[[web.Request], "web.StreamResponse | None"]
+FastPath = Callable[[web.Request, str], "web.StreamResponse | None"]
+Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 PATH_WRAPPERS = web.AppKey("path_wrappers", dict[str, PathWrapper])
 PUBLIC_FAST_PATHS = web.AppKey("public_fast_paths", dict[str, FastPath])
 _WRAPPED = web.RequestKey("ucpgw.path_wrapped", bool)  # the path wrapper already runs around this layer
@@ -79,32 +84,22 @@ def json_error(status: int, code: str, content: str, headers: dict[str, str] | N
     return web.json_response({"code": code, "content": content}, status=status, headers=headers)
 
 
-class _RandomIds:
-    """32 random hex digits per id (as ``uuid4().hex`` long), cut from a 4 KiB ``os.urandom`` buffer:
-    one ``getrandom`` call per 256 ids. A forked child starts with a fresh buffer (no shared ids)."""
-
-    __slots__ = ("buf", "pos")
-
-    def __init__(self) -> None:
-        self.buf = b""
-        self.pos = 0
-
-    def reset(self) -> None:
-        self.buf = b""
-        self.pos = 0
-
-    def next(self) -> str:
-        pos = self.pos
-        if pos >= len(self.buf):
-            self.buf = os.urandom(4096)
-            pos = 0
-        self.pos = pos + 16
-        return self.buf[pos : pos + 16].hex()
+_IDS: list[str] = []  # ready request ids, taken from the end (list.pop: no Python call per request)
 
 
-_IDS = _RandomIds()
-os.register_at_fork(after_in_child=_IDS.reset)
-_new_request_id = _IDS.next
+def _refill_ids() -> str:
+    """A fresh request id (32 random hex digits, as ``uuid4().hex`` long); the other 255 cut from the
+    same 4 KiB ``os.urandom`` buffer wait in :data:`_IDS`. A forked child starts empty (no shared ids)."""
+    buf = os.urandom(4096)
+    _IDS[:] = [buf[i : i + 16].hex() for i in range(16, 4096, 16)]
+    return buf[:16].hex()
+
+
+os.register_at_fork(after_in_child=_IDS.clear)
+
+
+def _new_request_id() -> str:
+    return _IDS.pop() if _IDS else _refill_ids()
 
 
 class Foundation:
@@ -156,9 +151,15 @@ def _map_error(request: web.Request, exc: Exception) -> web.Response:
     return json_error(500, "internal_error", "internal error; quote the Request-Id when reporting")
 
 
-@web.middleware
-async def foundation_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Request id + access log, the error mapper and tenancy, in one layer (outermost first).
+SERVER = "ucp-gateway"  # the Server header: no framework or Python version on the wire
+# header names as istr: a case-insensitive lookup or set with a plain str folds the name every time
+_REQUEST_ID = istr("Request-Id")
+_SERVER = hdrs.SERVER
+
+
+def foundation_middleware(state: Foundation) -> Middleware:
+    """The foundation layer for one app (``create_app`` installs ``foundation_middleware(state)``):
+    request id + access log, the error mapper and tenancy, in one aiohttp middleware.
 
     1. Honour a well-formed incoming ``Request-Id`` or make one; bind it to every log line; echo it.
     2. Errors become responses here and only here: a :class:`GatewayError` -> ``{"code", "content"}``
@@ -166,61 +167,113 @@ async def foundation_middleware(request: web.Request, handler: Handler) -> web.S
        logged and answered with a generic 500 without a trace.
     3. ``Host`` -> company (``request[REQ_COMPANY]``; None = platform node) through the host cache.
        Health probes skip the lookup so ``/healthz`` works while the database is down.
+    4. ``Server: ucp-gateway`` and ``Request-Id`` on every response (and on a re-raised HTTP
+       exception). Set here rather than by an ``on_response_prepare`` receiver, which every
+       response would pay for; a handler that prepares a ``StreamResponse`` itself sets them itself.
 
-    Before 1, a wrapper in ``app[PATH_WRAPPERS]`` for this path runs around all of it; between 3 and
-    the handler, a ``app[PUBLIC_FAST_PATHS]`` entry may answer a cached public document (module doc).
+    Before 1, a wrapper in ``state.wrappers`` for this path runs around all of it. A
+    ``state.fast_paths`` entry may answer a cached public document once the host cache has a fresh
+    answer for the Host (module doc); it then skips request storage and the ContextVar (nothing
+    reads them on that answer) but not the request id, ``%00`` refusal, tenancy, headers or log line.
 
-    One layer instead of three: each aiohttp middleware costs a partial call and a coroutine per
-    request, which showed in the discovery benchmark (issue 4).
+    The per-app state is bound in a closure (no app lookup per request), and it is one layer
+    instead of three: each aiohttp middleware costs a partial call and a coroutine per request,
+    which showed in the discovery benchmark (issue 4).
     """
-    app = request.app
-    state = app[FOUNDATION]
-    path = request.path
-    if path in state.wrappers and _WRAPPED not in request:
-        request[_WRAPPED] = True
-        return await state.wrappers[path](request, partial(foundation_middleware, handler=handler))
-    incoming = request.headers.get("Request-Id")
-    rid = incoming if incoming and _SAFE_ID.match(incoming) else _new_request_id()
-    request[REQ_REQUEST_ID] = rid
-    # one ContextVar read by the logging processor (logs.add_request_id): cheaper than structlog's
-    # bind_contextvars/reset_contextvars pair on every request, and the same request_id on every line
-    token = REQUEST_ID_VAR.set(rid)
+    host_cache = state.host_cache
+    access_log = state.access_log
     log_on = state.log_on
-    start = time.perf_counter() if log_on else 0.0
-    status = 500
-    try:
+    wrappers = state.wrappers
+    fast_paths = state.fast_paths
+    ids = _IDS
+
+    @web.middleware
+    async def foundation(request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if path in wrappers and _WRAPPED not in request:
+            request[_WRAPPED] = True
+            try:
+                response = await wrappers[path](request, partial(foundation, handler=handler))
+            except web.HTTPException as exc:
+                exc.headers[_SERVER] = SERVER
+                raise
+            response.headers[_SERVER] = SERVER
+            return response
+        incoming = request.headers.get(_REQUEST_ID)
+        rid = incoming if incoming and _SAFE_ID.match(incoming) else (ids.pop() if ids else _refill_ids())
+        start = time.perf_counter() if log_on else 0.0
+        fast = fast_paths.get(path)
+        if fast is not None and "\x00" not in request.query_string:  # the key, a plain path, has no %00
+            host = request.host
+            if host_cache.cached(host) is not _MISS:  # on a miss the full path resolves the Host first
+                try:
+                    response = fast(request, host)
+                except Exception:  # a fault in the fast path: the full path answers (a decline, logged)
+                    access_log.exception("fast_path_failed", path=path, request_id=rid)  # type: ignore[attr-defined]
+                    response = None
+                fast = None  # declined or failed: not asked again below
+                if response is not None:
+                    headers = response.headers
+                    headers[_REQUEST_ID] = rid
+                    headers[_SERVER] = SERVER
+                    if log_on:
+                        token = REQUEST_ID_VAR.set(rid)
+                        try:
+                            _access(access_log, request, path, response.status, start)
+                        finally:
+                            REQUEST_ID_VAR.reset(token)
+                    return response
+        request[REQ_REQUEST_ID] = rid
+        # one ContextVar read by the logging processor (logs.add_request_id): cheaper than structlog's
+        # bind_contextvars/reset_contextvars pair on every request, and the same request_id on every line
+        token = REQUEST_ID_VAR.set(rid)
+        status = 500
         try:
-            if "\x00" in path or "\x00" in request.query_string:
-                # %00 decodes to U+0000, which no PostgreSQL text column can hold: refuse it here
-                raise BadRequest("the request target must not contain %00")
-            if path == "/healthz" or path == "/readyz":
-                request[REQ_COMPANY] = None
-            else:
-                host = request.host
-                company = state.host_cache.cached(host)  # a hit costs no coroutine
-                if company is _MISS:
-                    company = await state.host_cache.resolve(app[DATABASE].pool, host)
-                request[REQ_COMPANY] = company  # type: ignore[assignment]
-            fast = state.fast_paths.get(path)
-            response = fast(request) if fast is not None else None
-            if response is None:
-                response = await handler(request)
-        except Exception as exc:  # mapped (or re-raised) by the one error mapper
-            response = _map_error(request, exc)
-        status = response.status
-        response.headers["Request-Id"] = rid
-        return response
-    except web.HTTPException as exc:  # < 400 or already JSON: aiohttp sends it as it is
-        status = exc.status
-        exc.headers["Request-Id"] = rid
-        raise
-    finally:
-        if log_on:
-            state.access_log.info(  # type: ignore[attr-defined]
-                "request",
-                method=request.method,
-                path=path,
-                status=status,
-                duration_ms=round((time.perf_counter() - start) * 1000, 2),
-            )
-        REQUEST_ID_VAR.reset(token)
+            try:
+                if "\x00" in path or "\x00" in request.query_string:
+                    # %00 decodes to U+0000, which no PostgreSQL text column can hold: refuse it here
+                    raise BadRequest("the request target must not contain %00")
+                if path == "/healthz" or path == "/readyz":
+                    request[REQ_COMPANY] = None
+                else:
+                    host = request.host
+                    company = host_cache.cached(host)  # a hit costs no coroutine
+                    if company is _MISS:
+                        company = await host_cache.resolve(request.app[DATABASE].pool, host)
+                    request[REQ_COMPANY] = company  # type: ignore[assignment]
+                response = None
+                if fast is not None:  # a Host the host cache had to resolve first
+                    try:
+                        response = fast(request, request.host)
+                    except Exception:  # as above: the handler answers
+                        access_log.exception("fast_path_failed", path=path)  # type: ignore[attr-defined]
+                if response is None:
+                    response = await handler(request)
+            except Exception as exc:  # mapped (or re-raised) by the one error mapper
+                response = _map_error(request, exc)
+            status = response.status
+            headers = response.headers
+            headers[_REQUEST_ID] = rid
+            headers[_SERVER] = SERVER
+            return response
+        except web.HTTPException as exc:  # < 400 or already JSON: aiohttp sends it as it is
+            status = exc.status
+            exc.headers[_REQUEST_ID] = rid
+            exc.headers[_SERVER] = SERVER
+            raise
+        finally:
+            if log_on:
+                _access(access_log, request, path, status, start)
+            REQUEST_ID_VAR.reset(token)
+
+    return foundation
+
+
+def _access(access_log: object, request: web.Request, path: str, status: int, start: float) -> None:
+    access_log.info(  # type: ignore[attr-defined]
+        "request",
+        method=request.method,
+        path=path,
+        status=status,
+        duration_ms=round((time.perf_counter() - start) * 1000, 2),
+    )

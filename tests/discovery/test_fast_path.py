@@ -4,11 +4,14 @@ as the full middleware path, and only for requests the trust and signature middl
 from __future__ import annotations
 
 import pytest
+import structlog
 from multidict import CIMultiDict
+from yarl import URL
 
 from ucp_gateway.app import create_app
 from ucp_gateway.clock import FrozenClock
-from ucp_gateway.middleware import PUBLIC_FAST_PATHS
+from ucp_gateway.logs import configure_logging
+from ucp_gateway.middleware import FOUNDATION, HOST_CACHE, PUBLIC_FAST_PATHS
 from ucp_gateway.tenancy import create_company
 
 PATH = "/.well-known/ucp"
@@ -23,8 +26,8 @@ async def gw(aiohttp_client, database, db_settings):
     answered: list[int] = []
     fast_path = app[PUBLIC_FAST_PATHS][PATH]  # discovery.web.public_fast_path(...)
 
-    def counting(request):
-        resp = fast_path(request)
+    def counting(request, host):
+        resp = fast_path(request, host)
         answered.append(0 if resp is None else resp.status)
         return resp
 
@@ -35,24 +38,24 @@ async def gw(aiohttp_client, database, db_settings):
     return client
 
 
-async def _wire(client, method: str, headers: dict[str, str], fast: bool, data: bytes | None = None):
+async def _wire(client, method: str, headers: dict[str, str], fast: bool, data: bytes | None = None, path: str = PATH):
     """(status, raw headers without Date, body) with the fast path on or off."""
     app = client.server.app
     saved = app[PUBLIC_FAST_PATHS].pop(PATH)
     if fast:
         app[PUBLIC_FAST_PATHS][PATH] = saved
     try:
-        resp = await client.request(method, PATH, headers={**RID, **headers}, data=data, allow_redirects=False)
+        resp = await client.request(method, path, headers={**RID, **headers}, data=data, allow_redirects=False)
         body = await resp.read()
     finally:
         app[PUBLIC_FAST_PATHS][PATH] = saved
     return resp.status, [(k, v) for k, v in resp.raw_headers if k.lower() != b"date"], body
 
 
-async def _same_both_ways(client, method: str, headers: dict[str, str], data: bytes | None = None):
+async def _same_both_ways(client, method: str, headers: dict[str, str], data: bytes | None = None, path: str = PATH):
     before = len(client.answered)
-    full = await _wire(client, method, headers, fast=False, data=data)
-    fast = await _wire(client, method, headers, fast=True, data=data)
+    full = await _wire(client, method, headers, fast=False, data=data, path=path)
+    fast = await _wire(client, method, headers, fast=True, data=data, path=path)
     assert fast == full
     return fast, client.answered[before:]
 
@@ -64,7 +67,8 @@ async def test_fast_answer_is_byte_identical_to_the_full_path(gw) -> None:
     (status, headers, body), used = await _same_both_ways(gw, "GET", {"Host": "shop.test"})
     assert status == 200 and used == [200] and body == await first.read()
     names = [k.lower() for k, _ in headers]
-    assert names == [b"cache-control", b"etag", b"content-type", b"request-id", b"content-length", b"server"]
+    assert names == [b"cache-control", b"etag", b"content-type", b"request-id", b"server", b"content-length"]
+    assert dict(headers)[b"Server"] == b"ucp-gateway"
     assert dict(headers)[b"Cache-Control"] == b"public, max-age=300" and dict(headers)[b"ETag"] == etag.encode()
     assert dict(headers)[b"Request-Id"] == RID["Request-Id"].encode()
     # 304 on If-None-Match, HEAD, a UCP-Agent header (trust never acts on /.well-known/), a query
@@ -117,3 +121,100 @@ async def test_a_non_exempt_well_known_is_verified_again(gw) -> None:
     gw.settings.httpsig_exempt_prefixes = tuple(p for p in gw.settings.httpsig_exempt_prefixes if p != "/.well-known/")
     (status, _, body), used = await _same_both_ways(gw, "GET", {"Host": "shop.test"})
     assert status == 401 and used == [0], body  # the company's policy (required) applies again
+
+
+async def test_every_answer_carries_the_same_headers_both_ways(gw) -> None:
+    """200, 304 and the error answers (405, 404, %00): same status, headers (Server, Request-Id,
+    Allow ...) and body with the fast path on or off; errors are declined and stay spec-shaped."""
+    first = await gw.get(PATH, headers={"Host": "shop.test"})
+    etag = first.headers["ETag"]
+    for method, path, extra, want, asked in (
+        ("GET", PATH, {}, 200, [200]),
+        ("GET", PATH, {"If-None-Match": etag}, 304, [304]),
+        ("GET", PATH, {"If-None-Match": "*"}, 304, [304]),
+        ("HEAD", PATH, {"If-None-Match": '"other"'}, 200, [200]),
+        ("POST", PATH, {}, 405, [0]),  # the router did not match well_known_ucp: declined
+        ("DELETE", PATH, {}, 405, [0]),
+        ("GET", PATH + "?x=%00", {}, 400, []),  # refused before the fast path is asked
+        ("GET", URL("/.well-known%2Fucp", encoded=True), {}, 404, [0]),  # path decodes to PATH, route does not
+    ):
+        (status, headers, body), used = await _same_both_ways(gw, method, {"Host": "shop.test", **extra}, path=path)
+        assert (status, used) == (want, asked), (method, path, extra)
+        named = dict(headers)
+        assert named[b"Server"] == b"ucp-gateway" and named[b"Request-Id"] == RID["Request-Id"].encode()
+        if status >= 400:
+            assert body.startswith(b'{"code": "') and named[b"Content-Type"].startswith(b"application/json")
+        if status == 405:
+            assert named[b"Allow"] == b"GET,HEAD"
+
+
+async def test_a_host_cache_miss_resolves_first_and_still_answers_fast(gw) -> None:
+    await gw.get(PATH, headers={"Host": "shop.test"})  # profile rendered and cached
+    gw.server.app[HOST_CACHE].clear()
+    (status, headers, body), used = await _same_both_ways(gw, "GET", {"Host": "shop.test"})
+    assert status == 200 and used == [200]  # the full path resolved the Host, then asked the fast path
+    gw.server.app[HOST_CACHE].clear()
+    full = await _wire(gw, "GET", {"Host": "shop.test"}, fast=False)
+    assert full == (status, headers, body)
+
+
+async def test_a_failing_fast_path_is_a_decline(gw) -> None:
+    """A fault in a fast path never becomes the answer: the handler answers, as without it."""
+    ref = await _wire(gw, "GET", {"Host": "shop.test"}, fast=False)
+
+    def broken(request, host):
+        raise RuntimeError("bug")
+
+    app = gw.server.app
+    saved, app[PUBLIC_FAST_PATHS][PATH] = app[PUBLIC_FAST_PATHS][PATH], broken
+    try:
+        for clear in (False, True):  # quick branch (host cached) and full branch (host resolved first)
+            if clear:
+                app[HOST_CACHE].clear()
+            resp = await gw.get(PATH, headers={"Host": "shop.test", **RID})
+            got = resp.status, [(k, v) for k, v in resp.raw_headers if k.lower() != b"date"], await resp.read()
+            assert got == ref
+    finally:
+        app[PUBLIC_FAST_PATHS][PATH] = saved
+
+
+@pytest.mark.parametrize("level", ["warning", "info"])
+async def test_fast_answers_with_and_without_the_access_log(aiohttp_client, database, db_settings, level) -> None:
+    """Production runs at warning (no access-log work on the fast answer); at info the fast answer
+    is logged like any other, with its request id."""
+    import io
+    import logging
+
+    await create_company(database.pool, slug="shop", display_name="Shop", hostnames=["shop.test"])
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    settings = db_settings.model_copy(update={"log_level": level, "log_format": "json"})
+    configure_logging(settings, stream=stream)
+    try:
+        app = create_app(settings, clock=FrozenClock(), database=database)
+        assert app[FOUNDATION].log_on is (level == "info")
+        answered: list[int] = []
+        fast_path = app[PUBLIC_FAST_PATHS][PATH]
+
+        def counting(request, host):
+            resp = fast_path(request, host)
+            answered.append(0 if resp is None else resp.status)
+            return resp
+
+        app[PUBLIC_FAST_PATHS][PATH] = counting
+        client = await aiohttp_client(app)
+        client.answered = answered
+        await client.get(PATH, headers={"Host": "shop.test"})
+        (status, headers, _), used = await _same_both_ways(client, "GET", {"Host": "shop.test"})
+        assert status == 200 and used == [200] and dict(headers)[b"Server"] == b"ucp-gateway"
+        lines = [line for line in stream.getvalue().splitlines() if '"event": "request"' in line]
+        if level == "info":
+            assert len(lines) == 3 and all('"request_id": "fast-path-test-1"' in line for line in lines[1:])
+            assert all('"status": 200' in line for line in lines)
+        else:
+            assert lines == []
+    finally:
+        structlog.reset_defaults()
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from uuid import UUID
 
 from aiohttp import web
+from multidict import istr
 
 from ..appkeys import DATABASE, REQ_COMPANY, SETTINGS
 from .agent_header import parse_ucp_agent
@@ -26,6 +27,7 @@ __all__ = ["REQ_AGENT_ROLE", "TrustCache", "trust_exempt", "trust_middleware"]
 
 REQ_AGENT_ROLE = web.RequestKey("ucpgw.agent_role", AgentRole)  # AgentRole of the UCP-Agent profile
 _EXEMPT = ("/.well-known/", "/admin/", "/healthz", "/readyz")
+_UCP_AGENT = istr("UCP-Agent")  # istr: no case folding of the name on every request
 
 
 def trust_exempt(path: str) -> bool:
@@ -70,7 +72,7 @@ async def trust_middleware(
     """On company hosts, for requests with ``UCP-Agent``: 400 on a malformed header, 403 in allowlist
     mode for an unregistered profile, else ``request[REQ_AGENT_ROLE]`` is set."""
     company = request.get(REQ_COMPANY)
-    header = request.headers.get("UCP-Agent")
+    header = request.headers.get(_UCP_AGENT)
     if company is None or header is None or trust_exempt(request.path):
         return await handler(request)
     settings = request.app[SETTINGS]

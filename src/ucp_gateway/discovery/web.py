@@ -29,7 +29,7 @@ from uuid import UUID
 import asyncpg
 import structlog
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, istr
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
 from ..config import Settings
@@ -97,20 +97,12 @@ def _hosting_headers(etag: str, max_age: int, content_type: str | None = None) -
     return headers
 
 
-def _hosted(
-    request: web.Request,
-    body: bytes,
-    etag: str,
-    content_type: str,
-    max_age: int,
-    headers: CIMultiDict[str] | None = None,
-) -> web.Response:
-    """200 with ``body`` (``headers``: a prebuilt ``_hosting_headers(etag, max_age, content_type)``,
-    copied by aiohttp), or 304 when ``If-None-Match`` matches ``etag`` (RFC 9110 §13.1.2)."""
+def _hosted(request: web.Request, body: bytes, etag: str, content_type: str, max_age: int) -> web.Response:
+    """200 with ``body``, or 304 when ``If-None-Match`` matches ``etag`` (RFC 9110 §13.1.2)."""
     # several If-None-Match lines are one comma-separated list (RFC 9110 §5.3)
-    if etag_matches(",".join(request.headers.getall("If-None-Match", ())), etag):
+    if etag_matches(",".join(request.headers.getall(_IF_NONE_MATCH, ())), etag):
         return web.Response(status=304, headers=_hosting_headers(etag, max_age))
-    return web.Response(body=body, headers=headers or _hosting_headers(etag, max_age, content_type))
+    return web.Response(body=body, headers=_hosting_headers(etag, max_age, content_type))
 
 
 async def company_profile_document(app: web.Application, company: Company, origin: str) -> dict[str, Any]:
@@ -151,11 +143,17 @@ async def _graph_page(app: web.Application, host: str, after: str | None) -> dic
     return agent_graph_page(links, next_url=next_url, page_url=pages)
 
 
+# header names as istr: a case-insensitive lookup with a plain str folds the name on every request
+_IF_NONE_MATCH = istr("If-None-Match")
+_SIGNATURE, _SIGNATURE_INPUT, _ACCEPT_SIGNATURE = istr("Signature"), istr("Signature-Input"), istr("Accept-Signature")
+
+
 class _Entry:
     """One rendered profile: its bytes, strong ETag, freshness deadline (monotonic seconds) and the
-    200 response headers for the ``max_age`` they were built with (rebuilt if the setting changes)."""
+    200 and 304 response headers for the ``max_age`` they were built with (rebuilt if the setting
+    changes), so an answer costs one header copy and no formatting."""
 
-    __slots__ = ("body", "etag", "expires", "headers", "max_age")
+    __slots__ = ("body", "etag", "expires", "headers", "max_age", "not_modified")
 
     def __init__(self, expires: float, body: bytes, etag: str):
         self.expires = expires
@@ -163,13 +161,20 @@ class _Entry:
         self.etag = etag
         self.max_age = -1
         self.headers: CIMultiDict[str] | None = None
+        self.not_modified: CIMultiDict[str] | None = None
 
     def response(self, request: web.Request, max_age: int) -> web.Response:
-        """The hosted answer (200 or 304) with ``Cache-Control: public, max-age={max_age}``."""
-        if self.max_age != max_age or self.headers is None:
+        """The hosted answer (200 or 304) with ``Cache-Control: public, max-age={max_age}``: what
+        :func:`_hosted` answers for this body (tests/discovery/test_fast_path.py holds them equal)."""
+        if self.max_age != max_age or self.headers is None or self.not_modified is None:
             self.headers = _hosting_headers(self.etag, max_age, JSON)
+            self.not_modified = _hosting_headers(self.etag, max_age)
             self.max_age = max_age
-        return _hosted(request, self.body, self.etag, JSON, max_age, self.headers)
+        headers = request.headers
+        # several If-None-Match lines are one comma-separated list (RFC 9110 §5.3)
+        if _IF_NONE_MATCH in headers and etag_matches(",".join(headers.getall(_IF_NONE_MATCH)), self.etag):
+            return web.Response(status=304, headers=self.not_modified)
+        return web.Response(body=self.body, headers=self.headers)
 
 
 class _Rendered:
@@ -273,11 +278,8 @@ async def well_known_ucp(request: web.Request) -> web.Response:
     return hit.response(request, app[SETTINGS].profile_max_age)
 
 
-_SIGNATURE_HEADERS = ("Signature", "Signature-Input", "Accept-Signature")
-
-
-def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.Request], web.Response | None]:
-    """The ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]`` entry: ``(request) -> response | None``.
+def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.Request, str], web.Response | None]:
+    """The ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]`` entry: ``(request, host) -> response | None``.
 
     It answers the fresh cached profile from the foundation layer (after request id and tenancy,
     before the trust and signature middlewares), or returns None for the full path. Fail closed: it
@@ -287,26 +289,35 @@ def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.R
     - no request body (the signature middleware reads one: 413 too large, 408 too slow);
     - no ``Signature``, ``Signature-Input`` or ``Accept-Signature`` header (signature material goes
       the full path even where the path is exempt, so a policy change cannot be skipped here);
-    - the path is exempt from trust (``UCP-Agent`` is never acted on there) and, in the current
-      settings, from signature verification (``httpsig_exempt_prefixes`` is read per request);
+    - the path is exempt from trust (``UCP-Agent`` is never acted on there; a constant) and, in the
+      current settings, from signature verification (``httpsig_exempt_prefixes``, re-read whenever
+      the setting is a new object);
     - the rendered profile for this Host is fresh (a miss or an invalid Host takes the full path).
 
-    The answer is built by the same code as :func:`well_known_ucp`'s, so status, headers and body
-    are identical; the foundation layer adds ``Request-Id`` to both alike.
+    The answer is built by the same code as :func:`well_known_ucp`'s (:meth:`_Entry.response`), so
+    status, headers and body are identical; the foundation layer adds ``Request-Id`` and ``Server``
+    to both alike.
     """
+    path = "/.well-known/ucp"
+    if not trust_exempt(path):  # pragma: no cover - trust's exemptions are constants
+        raise ConfigError("the /.well-known/ucp fast path needs the path exempt from trust")
+    entries = rendered._entries
+    monotonic = time.monotonic
+    seen: list[Any] = [None, False]  # (httpsig_exempt_prefixes last read, whether it exempts the path)
 
-    def fast_path(request: web.Request) -> web.Response | None:
-        if request.match_info.handler is not well_known_ucp or request.body_exists:
+    def fast_path(request: web.Request, host: str) -> web.Response | None:
+        if request.body_exists or request.match_info.handler is not well_known_ucp:
             return None
         headers = request.headers
-        for name in _SIGNATURE_HEADERS:
-            if name in headers:
-                return None
-        path = request.path
-        if not trust_exempt(path) or not path.startswith(tuple(settings.httpsig_exempt_prefixes)):
+        if _SIGNATURE in headers or _SIGNATURE_INPUT in headers or _ACCEPT_SIGNATURE in headers:
             return None
-        hit = rendered.fresh(request.host)
-        if hit is None:
+        prefixes = settings.httpsig_exempt_prefixes
+        if prefixes is not seen[0] or type(prefixes) is not tuple:  # a list may change in place
+            seen[0], seen[1] = prefixes, path.startswith(tuple(prefixes))
+        if not seen[1]:
+            return None
+        hit = entries.get(host)  # _Rendered.fresh, inlined
+        if hit is None or monotonic() >= hit.expires:
             return None
         return hit.response(request, settings.profile_max_age)
 
