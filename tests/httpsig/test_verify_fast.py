@@ -162,6 +162,25 @@ def test_ecdsa_verify_fuzz(blob, pos, xor):
         assert fast == lib
 
 
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from([32, 48]),
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.binary(min_size=96, max_size=96),
+    st.sampled_from([b"", b"\x80", b"\xff", b"\x7f", b"\x00\x80"]),
+)
+def test_der_signature_equals_encode_dss_signature(size, zeros_r, zeros_s, blob, lead):
+    """The DER built from bytes equals the library's, whatever the leading zeros and high bits."""
+    from ucp_gateway.httpsig.jwkalg import der_signature
+
+    r = (bytes(zeros_r) + lead + blob)[:size]
+    s = (bytes(zeros_s) + lead + blob[::-1])[:size]
+    for sig in (r + s, bytes(size) + s, r + bytes(size), bytes(2 * size), b"\xff" * (2 * size)):
+        want = encode_dss_signature(int.from_bytes(sig[:size], "big"), int.from_bytes(sig[size:], "big"))
+        assert der_signature(sig, size) == want
+
+
 # --- request shape: the query search after the scheme, as the former split did ------------------
 
 
