@@ -209,3 +209,24 @@ async def test_single_candidate_unknown_kid_asks_once_then_forced():
     assert list(res.calls) == [(PROFILE, "nope", False), (PROFILE, "nope", True)]
     got = await verify_request(view(sign_request(priv, body=BODY)), res, POLICY, NOW, None)
     assert got.kid == jwk["kid"] and list(res.calls)[-1] == (PROFILE, jwk["kid"], False)
+
+
+# --- frozen_constructor: the same object as the dataclass's own __init__, still frozen -------------
+
+
+def test_frozen_constructor_equals_dataclass_init():
+    import dataclasses
+    import uuid
+
+    from ucp_gateway.httpsig.verify import VerifiedSignature, frozen_constructor
+    from ucp_gateway.httpsig.web import AgentPrincipal
+
+    vals = ("k", PROFILE, "sig1", ('"@method"',), 1, None, "n", None, "ecdsa-p256-sha256", {"kid": "k"})
+    made = frozen_constructor(VerifiedSignature)(*vals)
+    assert made == VerifiedSignature(*vals) and type(made) is VerifiedSignature
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.kid = "other"  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        frozen_constructor(VerifiedSignature)(*vals[:-1])
+    p = (uuid.uuid4(), PROFILE, "k", "buyer", True, "agent")
+    assert frozen_constructor(AgentPrincipal)(*p) == AgentPrincipal(*p[:5])
