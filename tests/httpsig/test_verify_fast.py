@@ -66,6 +66,34 @@ def test_params_text_fuzz(keys, data):
         assert sig.params_text == sig.signature_params  # str() of http_sf's parse of the member
 
 
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["created", "expires", "keyid", "nonce", "tag", "alg", "x", "createdx"]),
+            st.one_of(
+                st.from_regex(r"-?[0-9]{1,15}", fullmatch=True), st.from_regex(r'"[ !#-Z^-~]{0,6}"', fullmatch=True)
+            ),
+        ),
+        max_size=4,
+    )
+)
+def test_canonical_parameters_regex_is_the_per_item_rule(items):
+    """params_text is kept exactly when every parameter is registered, of its type, and an integer
+    reads back as written (no 007, no -0): the rule the reader applied item by item before."""
+    from ucp_gateway.httpsig.base import _INT_PARAMS, _STR_PARAMS
+
+    text = "".join(f";{k}={v}" for k, v in items)
+    sig = _single_signature(f"sig1={COMPS}{text}", _SIG)
+    if sig is None:
+        assert len({k for k, _ in items}) != len(items)  # only a repeated name declines here
+        return
+    rule = all(
+        (k in _INT_PARAMS and v[0] != '"' and v == str(int(v))) or (k in _STR_PARAMS and v[0] == '"') for k, v in items
+    )
+    assert (sig.params_text is not None) == rule
+
+
 # --- the fast base: with or without params_text, and the one character check -------------------
 
 HEADERS = [("Content-Type", "application/json"), ("X-A", "a"), ("X-A", " b ")]
@@ -226,7 +254,7 @@ def test_frozen_constructor_equals_dataclass_init():
     assert made == VerifiedSignature(*vals) and type(made) is VerifiedSignature
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.kid = "other"  # type: ignore[misc]
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):
         frozen_constructor(VerifiedSignature)(*vals[:-1])
     p = (uuid.uuid4(), PROFILE, "k", "buyer", True, "agent")
     assert frozen_constructor(AgentPrincipal)(*p) == AgentPrincipal(*p[:5])

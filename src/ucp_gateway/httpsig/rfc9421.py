@@ -23,7 +23,7 @@ from http_message_signatures import HTTPMessageSignaturesException, HTTPMessageV
 from http_sf.compat import Dictionary, InnerList
 from multidict import CIMultiDict
 
-from .base import _INT_PARAMS, _STR_PARAMS, fast_base_for_ids
+from .base import fast_base_for_ids
 from .errors import SignatureInvalid
 from .jwkalg import (  # re-exported: this module is where callers have always found them
     _ECDSA_CLASSES,
@@ -224,6 +224,11 @@ def parse_signatures(signature_input: str, signature: str) -> list[ParsedSignatu
 # parameters. The head is the same on every request of one signer and request shape, so its
 # reading is kept (a pure function of the text); the parameters change per request.
 _SI_HEAD = re.compile(r'([a-z*][a-z0-9_.*-]*)=\(("[a-z0-9@!#$%&\'*+.^_`|~ "-]*")?\)')
+# Parameters as strict serialization writes them: registered names with their types, integers
+# without leading zeros or "-0" (a subset of _SI_PARAMS).
+_SI_CANONICAL = re.compile(
+    r'(?:;(?:created|expires)=(?:0|-?[1-9][0-9]{0,14})|;(?:keyid|nonce|tag|alg)="[\x20\x21\x23-\x5b\x5d-\x7e]*")*'
+)
 _SI_PARAMS = re.compile(r'(?:;[a-z*][a-z0-9_.*-]*=(?:-?[0-9]{1,15}|"[\x20\x21\x23-\x5b\x5d-\x7e]*"))*')
 
 
@@ -262,16 +267,12 @@ def _single_signature(signature_input: str, signature: str) -> ParsedSignature |
     params: dict[str, Any] = {}
     canonical = True  # the received text is what serializing ``params`` gives
     if ptxt:
-        if _SI_PARAMS.fullmatch(ptxt) is None:
+        canonical = _SI_CANONICAL.fullmatch(ptxt) is not None
+        if not canonical and _SI_PARAMS.fullmatch(ptxt) is None:
             return None
         items = _SI_PARAM_ITEM.findall(ptxt)
         for key, num, text in items:
-            if num:
-                params[key] = value = int(num)
-                canonical = canonical and key in _INT_PARAMS and num == str(value)  # no 007, no -0
-            else:
-                params[key] = text
-                canonical = canonical and key in _STR_PARAMS
+            params[key] = int(num) if num else text
         if len(params) != len(items):
             return None  # a repeated parameter: http_sf's rule applies
     try:  # strict: base64 alphabet and padding only (= base64.b64decode(validate=True))
