@@ -19,8 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import lru_cache
-from itertools import repeat
-from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -40,7 +38,6 @@ _PCHARS = r"A-Za-z0-9._~!$&'()*+,;=:@%-"
 _URL_PLAIN = re.compile(rf"(https?)://([A-Za-z0-9.-]+)(?::([0-9]*))?(/[{_PCHARS}/]*)?(?:\?([{_PCHARS}/?]*))?")
 _BAD_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _NO_URL: Mapping[str, str | None] = MappingProxyType({})
-_FIRST = itemgetter(0)
 
 
 def url_parts(url: str) -> tuple[str, str, str | None, str, str | None] | None:
@@ -122,7 +119,7 @@ def fast_base_for_ids(
     method = getattr(message, "method", None)
     if plan is None or not isinstance(method, str) or method != method.upper():
         return None
-    template, url_kinds, uses_method, fields, nones, inner = plan
+    steps, inner, uses_url, template = plan
     if params_text is None:
         suffix = _params_suffix(params)
         if suffix is None:
@@ -130,35 +127,39 @@ def fast_base_for_ids(
         params_text = inner + suffix
     if not is_request and hasattr(message, "status_code"):
         return None
-    # the values in the template's argument order: URL-derived, @method, then fields
-    if url_kinds:
+    derived: Mapping[str, str | None] = _NO_URL
+    if uses_url:
         derived = _url_components(message.url, method)
         if derived is None:
             return None
-        args = list(map(derived.__getitem__, url_kinds))
-        if None in args:
-            return None
-    else:
-        args = []
-    if uses_method:
-        if "\t" in method or method != method.strip(" "):  # printable is checked below
-            return None
-        args.append(method)
-    if fields:
-        getall = message.headers.getall
-        lines = list(map(getall, fields, nones))  # getall(name, None) for each, in C
-        if None in lines:
-            return None
-        if sum(map(len, lines)) == len(lines):  # one line each: what normalize_header_value does
-            args += map(str.strip, map(_FIRST, lines), repeat(" \t", len(lines)))  # without folds (a CR
-            # is refused below); = [v[0].strip(" \t") for v in lines] without a Python frame
-        else:
-            args += [", ".join(normalize_header_value(v) for v in vs) for vs in lines]
+    getall = message.headers.getall
+    values: list[str] = []
+    append = values.append
+    for kind, name in steps:
+        if kind is None:  # a field
+            field_lines = getall(name, None)
+            if field_lines is None:
+                return None
+            value = field_lines[0]
+            if len(field_lines) == 1 and "\r\n" not in value:
+                append(value.strip(" \t"))  # what normalize_header_value does without folds
+            else:
+                append(", ".join(normalize_header_value(v) for v in field_lines))
+        elif kind == "@method":
+            if "\t" in method or method != method.strip(" "):  # printable is checked below
+                return None
+            append(method)
+        else:  # @authority @path @query @scheme @target-uri
+            value = derived[kind]
+            if value is None:
+                return None
+            append(value)
     # every value ASCII, printable or tab (no CR, LF or other controls), checked once for all
-    joined = "".join(args)
+    joined = "".join(values)
     if not joined.isascii() or not (joined.isprintable() or joined.replace("\t", " ").isprintable()):
         return None
-    base = template.format(*args, params_text)
+    append(params_text)
+    base = template % tuple(values)
     return base.encode("ascii") if base.isascii() else None
 
 
@@ -168,15 +169,14 @@ _PLAIN_ID = re.compile(r'"([a-z0-9@!#$%&\'*+.^_`|~-]+)"')
 
 
 @lru_cache(maxsize=512)
-def _plan(component_ids: tuple[str, ...]) -> tuple[str, tuple[str, ...], bool, tuple[str, ...], tuple, str] | None:
-    """How to build the base for a list of covered components: a ``str.format`` template (one
-    line per component, then ``@signature-params``) whose arguments are the values of the
-    URL-derived components (their names, in order), then ``@method`` (if covered), then the
-    fields (their names, in order; and as many None), then the ``@signature-params`` value; and the Inner List
-    without parameters. None if a component has parameters, repeats, or is not handled here.
-    Depends only on the identifiers (the same few lists recur across requests)."""
-    url_kinds: list[str] = []
-    fields: list[str] = []
+def _plan(component_ids: tuple[str, ...]) -> tuple[tuple[tuple[str | None, str], ...], str, bool, str] | None:
+    """How to build the base lines for a list of covered components: ``((kind, name), ...)``
+    (kind: the derived component's name, None for a field), the ``@signature-params`` Inner List
+    without parameters, whether the URL is needed, and the base as a ``%`` template (one ``%s``
+    per value, then one for the ``@signature-params`` value); None if a component has
+    parameters, repeats, or is not handled here. Depends only on the identifiers
+    (the same few lists recur across requests), never on request values."""
+    steps: list[tuple[str | None, str]] = []
     names: set[str] = set()
     for cid in component_ids:
         m = _PLAIN_ID.fullmatch(cid)
@@ -186,20 +186,16 @@ def _plan(component_ids: tuple[str, ...]) -> tuple[str, tuple[str, ...], bool, t
         if name.startswith("@"):
             if name not in _DERIVED:
                 return None
-            if name != "@method":
-                url_kinds.append(name)
+            kind = name
         elif _FIELD.match(name):
-            fields.append(name)
+            kind = None
         else:
             return None
         names.add(name)
-    uses_method = "@method" in names
-    order = [*url_kinds, *(["@method"] if uses_method else []), *fields]  # argument order
-    # identifiers hold no braces (_PLAIN_ID), so they need no escaping in a format string
-    template = "".join(f"{cid}: {{{order.index(cid[1:-1])}}}\n" for cid in component_ids)
-    template += f'"@signature-params": {{{len(order)}}}'
+        steps.append((kind, name))
     inner = "(" + " ".join(component_ids) + ")"
-    return template, tuple(url_kinds), uses_method, tuple(fields), (None,) * len(fields), inner
+    template = "".join(f"{cid.replace('%', '%%')}: %s\n" for cid in component_ids) + '"@signature-params": %s'
+    return tuple(steps), inner, bool(names & _URL_KINDS), template
 
 
 # --- responses (RFC 9421 §2.4): ``@status``, response fields and ``;req`` request components ---------
