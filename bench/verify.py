@@ -17,6 +17,9 @@ Prints, in one run:
            client work in the same process, so noisier).
 Per-call costs are CPU time of the event-loop thread (time.thread_time), so time other processes
 run is not counted (their cache pressure still slows every line alike); requests/s are wall-clock.
+Like real traffic, requests are not one repeated message: every phase cycles through POOL signed
+POSTs with distinct signatures and ``created`` values (so a cache keyed by an exact Signature or
+Signature-Input value cannot help), and every raw verify cycles through the same (signature, base) pairs.
 Uses an embedded PostgreSQL in a temporary directory. Usage: python bench/verify.py [--seconds S]
 """
 
@@ -27,6 +30,7 @@ import asyncio
 import base64
 import datetime as dt
 import hashlib
+import itertools
 import sys
 import tempfile
 import time
@@ -53,6 +57,7 @@ from ucp_gateway.logs import configure_logging
 from ucp_gateway.tenancy import create_company
 
 PROFILE = "https://platform.example/profile.json"
+POOL = 64  # distinct signed requests (16 distinct ``created`` seconds, every signature different)
 BODY = b'{"line_items":[{"item":{"id":"rose-bouquet"},"quantity":2}],"currency":"USD","buyer":{"email":"a@b.c"}}'
 
 
@@ -180,13 +185,23 @@ async def main(seconds: float) -> None:
     nums = priv.public_key().public_numbers()
     jwk = {"kty": "EC", "crv": "P-256", "x": b64u(nums.x), "y": b64u(nums.y), "kid": "bench"}
     resolver = StaticKeyResolver({PROFILE: [jwk]})
-    now = SystemClock().now()
-    hdrs, base = signed_post(priv, int(now.timestamp()))
-    sig = base64.b64decode(hdrs[-1][1].split(":")[1])
-    der = encode_dss_signature(int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:], "big"))
+    now = int(SystemClock().now().timestamp())
+    signed = [signed_post(priv, now - i % 16) for i in range(POOL)]
+    raws = []  # (DER signature, signature base) of each pooled request, for the raw verifies
+    for hdrs, base in signed:
+        sig = base64.b64decode(hdrs[-1][1].split(":")[1])
+        raws.append((encode_dss_signature(int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:], "big")), base))
     pub = priv.public_key()
+    raw_i = 0
 
-    view = RequestView("POST", "https://shop.example/checkout-sessions", CIMultiDict(hdrs), BODY, "/checkout-sessions")
+    def raw_verify() -> None:
+        nonlocal raw_i
+        der, base = raws[raw_i % POOL]
+        raw_i += 1
+        pub.verify(der, base, ec.ECDSA(hashes.SHA256()))
+
+    url = "https://shop.example/checkout-sessions"
+    views = [RequestView("POST", url, CIMultiDict(h), BODY, "/checkout-sessions") for h, _ in signed]
     policy = SignaturePolicy()
     loop_now = dt.datetime.now(dt.UTC)
     # raw and core alternate in batches of 50 so that both see the same machine load
@@ -196,10 +211,10 @@ async def main(seconds: float) -> None:
     while time.perf_counter() < stop:
         c0 = time.thread_time()
         for _ in range(50):
-            pub.verify(der, base, ec.ECDSA(hashes.SHA256()))
+            raw_verify()
         c1 = time.thread_time()
-        for _ in range(50):
-            await verify_request(view, resolver, policy, loop_now, None)
+        for i in range(50):
+            await verify_request(views[(core_n + i) % POOL], resolver, policy, loop_now, None)
         c2 = time.thread_time()
         raw_t, core_t, raw_n, core_n = raw_t + c1 - c0, core_t + c2 - c1, raw_n + 50, core_n + 50
     raw, core = raw_n / raw_t, core_n / core_t
@@ -236,7 +251,8 @@ async def main(seconds: float) -> None:
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()
             port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            signed_h = CIMultiDict(hdrs)
+            signed_hs = [CIMultiDict(h) for h, _ in signed]
+            next_signed = itertools.cycle(signed_hs).__next__  # the pool, in turn
             plain_h = CIMultiDict([("Host", "shop.example"), ("Content-Type", "application/json")])
             async with aiohttp.ClientSession() as s:
 
@@ -245,10 +261,11 @@ async def main(seconds: float) -> None:
                         assert r.status == 200, (r.status, await r.text())
                         await r.read()
 
-                await post("/checkout-sessions", signed_h)
+                for h in signed_hs:
+                    await post("/checkout-sessions", h)
                 await post("/healthz-bench", plain_h)
                 unsigned = await arate(lambda: post("/healthz-bench", plain_h), seconds)
-                signed = await arate(lambda: post("/checkout-sessions", signed_h), seconds)
+                signed_rate = await arate(lambda: post("/checkout-sessions", next_signed()), seconds)
                 # one request at a time, so no other request runs while the timed one awaits
                 # raw verifies are timed in the same loop, so machine load affects both alike
                 raw_t = [0.0, 0]
@@ -256,13 +273,13 @@ async def main(seconds: float) -> None:
                 async def with_raw(path, h):
                     await post(path, h)
                     t0 = time.thread_time()
-                    pub.verify(der, base, ec.ECDSA(hashes.SHA256()))
+                    raw_verify()
                     raw_t[0] += time.thread_time() - t0
                     raw_t[1] += 1
 
                 async def both() -> None:  # unsigned and signed alternate: same load for both
                     await with_raw("/healthz-bench", plain_h)
-                    await with_raw("/checkout-sessions", signed_h)
+                    await with_raw("/checkout-sessions", next_signed())
 
                 timer.reset()
                 await arate(both, 2 * seconds, concurrency=1)
@@ -271,13 +288,12 @@ async def main(seconds: float) -> None:
                 raw_same_phase_us = raw_t[0] / raw_t[1] * 1e6
                 # the same with the client in another process: server CPU time only; the server
                 # times a raw verify after each request as the same-phase reference
-                plain_l, targets = (
-                    list(plain_h.items()),
-                    [("/healthz-bench", list(plain_h.items())), ("/checkout-sessions", hdrs)],
-                )
+                plain_l = list(plain_h.items())
+                signed_t = [("/checkout-sessions", h) for h, _ in signed]
+                targets = [t for s_t in signed_t for t in (("/healthz-bench", plain_l), s_t)]
                 ext_unsigned = await external_load(port, [("/healthz-bench", plain_l)], seconds, 4)
-                ext_signed = await external_load(port, [("/checkout-sessions", hdrs)], seconds, 4)
-                timer.raw_verify = lambda: pub.verify(der, base, ec.ECDSA(hashes.SHA256()))
+                ext_signed = await external_load(port, signed_t, seconds, 4)
+                timer.raw_verify = raw_verify
                 timer.reset()
                 await external_load(port, targets, 2 * seconds, 4)
                 ext_mw_unsigned_us = timer.per_request_us("/healthz-bench")
@@ -286,12 +302,12 @@ async def main(seconds: float) -> None:
             await runner.cleanup()
 
     raw_us, core_us = 1e6 / raw, 1e6 / core
-    cost_us = 1e6 / signed - 1e6 / unsigned
+    cost_us = 1e6 / signed_rate - 1e6 / unsigned
     mw_us = mw_signed_us - mw_unsigned_us
     print(f"raw cryptography ES256 verify      : {raw:9.0f} /s  ({raw_us:6.1f} us each)")
     print(f"verify_request (core, no HTTP)     : {core:9.0f} /s  ({core_us:6.1f} us each, {core_us / raw_us:.2f}x raw)")
     print(f"HTTP POST unsigned (exempt route)  : {unsigned:9.0f} /s")
-    print(f"HTTP POST signed, full middleware  : {signed:9.0f} /s")
+    print(f"HTTP POST signed, full middleware  : {signed_rate:9.0f} /s")
     print(
         f"in middleware, signed POST          : {mw_signed_us:9.1f} us  (unsigned exempt: {mw_unsigned_us:.1f} us; "
         f"signed = {mw_signed_us / raw_same_phase_us:.2f}x raw verify of the same phase)"

@@ -66,6 +66,34 @@ def test_params_text_fuzz(keys, data):
         assert sig.params_text == sig.signature_params  # str() of http_sf's parse of the member
 
 
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["created", "expires", "keyid", "nonce", "tag", "alg", "x", "createdx"]),
+            st.one_of(
+                st.from_regex(r"-?[0-9]{1,15}", fullmatch=True), st.from_regex(r'"[ !#-Z^-~]{0,6}"', fullmatch=True)
+            ),
+        ),
+        max_size=4,
+    )
+)
+def test_canonical_parameters_regex_is_the_per_item_rule(items):
+    """params_text is kept exactly when every parameter is registered, of its type, and an integer
+    reads back as written (no 007, no -0): the rule the reader applied item by item before."""
+    from ucp_gateway.httpsig.base import _INT_PARAMS, _STR_PARAMS
+
+    text = "".join(f";{k}={v}" for k, v in items)
+    sig = _single_signature(f"sig1={COMPS}{text}", _SIG)
+    if sig is None:
+        assert len({k for k, _ in items}) != len(items)  # only a repeated name declines here
+        return
+    rule = all(
+        (k in _INT_PARAMS and v[0] != '"' and v == str(int(v))) or (k in _STR_PARAMS and v[0] == '"') for k, v in items
+    )
+    assert (sig.params_text is not None) == rule
+
+
 # --- the fast base: with or without params_text, and the one character check -------------------
 
 HEADERS = [("Content-Type", "application/json"), ("X-A", "a"), ("X-A", " b ")]
@@ -162,6 +190,25 @@ def test_ecdsa_verify_fuzz(blob, pos, xor):
         assert fast == lib
 
 
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from([32, 48]),
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.binary(min_size=96, max_size=96),
+    st.sampled_from([b"", b"\x80", b"\xff", b"\x7f", b"\x00\x80"]),
+)
+def test_der_signature_equals_encode_dss_signature(size, zeros_r, zeros_s, blob, lead):
+    """The DER built from bytes equals the library's, whatever the leading zeros and high bits."""
+    from ucp_gateway.httpsig.jwkalg import der_signature
+
+    r = (bytes(zeros_r) + lead + blob)[:size]
+    s = (bytes(zeros_s) + lead + blob[::-1])[:size]
+    for sig in (r + s, bytes(size) + s, r + bytes(size), bytes(2 * size), b"\xff" * (2 * size)):
+        want = encode_dss_signature(int.from_bytes(sig[:size], "big"), int.from_bytes(sig[size:], "big"))
+        assert der_signature(sig, size) == want
+
+
 # --- request shape: the query search after the scheme, as the former split did ------------------
 
 
@@ -190,3 +237,24 @@ async def test_single_candidate_unknown_kid_asks_once_then_forced():
     assert list(res.calls) == [(PROFILE, "nope", False), (PROFILE, "nope", True)]
     got = await verify_request(view(sign_request(priv, body=BODY)), res, POLICY, NOW, None)
     assert got.kid == jwk["kid"] and list(res.calls)[-1] == (PROFILE, jwk["kid"], False)
+
+
+# --- frozen_constructor: the same object as the dataclass's own __init__, still frozen -------------
+
+
+def test_frozen_constructor_equals_dataclass_init():
+    import dataclasses
+    import uuid
+
+    from ucp_gateway.httpsig.verify import VerifiedSignature, frozen_constructor
+    from ucp_gateway.httpsig.web import AgentPrincipal
+
+    vals = ("k", PROFILE, "sig1", ('"@method"',), 1, None, "n", None, "ecdsa-p256-sha256", {"kid": "k"})
+    made = frozen_constructor(VerifiedSignature)(*vals)
+    assert made == VerifiedSignature(*vals) and type(made) is VerifiedSignature
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.kid = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        frozen_constructor(VerifiedSignature)(*vals[:-1])
+    p = (uuid.uuid4(), PROFILE, "k", "buyer", True, "agent")
+    assert frozen_constructor(AgentPrincipal)(*p) == AgentPrincipal(*p[:5])

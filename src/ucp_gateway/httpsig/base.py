@@ -17,7 +17,9 @@ components"); the library stays the reference (tests/httpsig/test_signing_fast.p
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from http_message_signatures import HTTPMessageSignaturesException
@@ -35,6 +37,7 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 _PCHARS = r"A-Za-z0-9._~!$&'()*+,;=:@%-"
 _URL_PLAIN = re.compile(rf"(https?)://([A-Za-z0-9.-]+)(?::([0-9]*))?(/[{_PCHARS}/]*)?(?:\?([{_PCHARS}/?]*))?")
 _BAD_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_NO_URL: Mapping[str, str | None] = MappingProxyType({})
 
 
 def url_parts(url: str) -> tuple[str, str, str | None, str, str | None] | None:
@@ -63,9 +66,12 @@ def _params_suffix(params: dict[str, Any]) -> str | None:
     return "".join(out)
 
 
-def _url_components(url: str, method: str) -> dict[str, str | None] | None:
+@lru_cache(maxsize=1024)
+def _url_components(url: str, method: str) -> Mapping[str, str | None] | None:
     """Values of the URL-derived components (RFC 9421 §2.2.2-2.2.7) of ``url``, or None when
-    :func:`url_parts` refuses it. ``@target-uri`` is None for OPTIONS (the library refuses it)."""
+    :func:`url_parts` refuses it. ``@target-uri`` is None for OPTIONS (the library refuses it).
+    Kept per (url, method), read-only: a pure function of them, and a resource's URL recurs
+    (every create on one path, every call of one checkout session)."""
     parts = url_parts(url)
     if parts is None:
         return None
@@ -77,8 +83,8 @@ def _url_components(url: str, method: str) -> dict[str, str | None] | None:
     path = path or "/"
     hostport = host if port is None else f"{host}:{port}"
     target = None if method == "OPTIONS" else f"{scheme_raw}://{hostport}{path}{'' if query is None else '?' + query}"
-    return {"@authority": authority, "@path": path, "@query": "?" + (query or ""), "@scheme": scheme,
-            "@target-uri": target}  # fmt: skip
+    return MappingProxyType({"@authority": authority, "@path": path, "@query": "?" + (query or ""),
+                             "@scheme": scheme, "@target-uri": target})  # fmt: skip
 
 
 def fast_signature_base(message: Any, components: list[tuple[str, dict]], params: dict[str, Any]) -> bytes | None:
@@ -93,7 +99,12 @@ def fast_signature_base(message: Any, components: list[tuple[str, dict]], params
 
 
 def fast_base_for_ids(
-    message: Any, component_ids: tuple[str, ...], params: dict[str, Any], params_text: str | None = None
+    message: Any,
+    component_ids: tuple[str, ...],
+    params: dict[str, Any],
+    params_text: str | None = None,
+    *,
+    is_request: bool = False,
 ) -> bytes | None:
     """:func:`fast_signature_base` with the components as serialized identifiers
     (:attr:`.rfc9421.ParsedSignature.components`, e.g. ``('"@method"', '"content-digest"')``).
@@ -102,6 +113,7 @@ def fast_base_for_ids(
     only when it is byte-identical to the strict serialization of ``component_ids`` + ``params``
     (:attr:`.rfc9421.ParsedSignature.params_text` guarantees that); it then ends the base as is
     (RFC 9421 §2.3: the value is the serialization of the received member).
+    ``is_request``: the caller knows ``message`` is a request (has no ``status_code``).
     """
     plan = _plan(component_ids)
     method = getattr(message, "method", None)
@@ -113,9 +125,9 @@ def fast_base_for_ids(
         if suffix is None:
             return None
         params_text = inner + suffix
-    if hasattr(message, "status_code"):
+    if not is_request and hasattr(message, "status_code"):
         return None
-    derived: dict[str, str | None] = {}
+    derived: Mapping[str, str | None] = _NO_URL
     if uses_url:
         derived = _url_components(message.url, method)
         if derived is None:
@@ -261,7 +273,7 @@ def fast_response_base(
         return None
     steps, inner, uses_url = plan
     request = getattr(response, "request", None)
-    derived: dict[str, str | None] = {}
+    derived: Mapping[str, str | None] = _NO_URL
     if request is not None:
         method = getattr(request, "method", None)
         if not isinstance(method, str) or method != method.upper():

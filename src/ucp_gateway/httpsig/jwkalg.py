@@ -22,6 +22,7 @@ __all__ = [
     "ALGORITHMS_BY_CURVE",
     "algorithm_for_jwk",
     "algorithm_instance",
+    "der_signature",
     "ecdsa_verify",
     "looks_der_encoded",
     "public_key_from_jwk",
@@ -100,6 +101,21 @@ def looks_der_encoded(sig: bytes) -> bool:
 _ECDSA_CLASSES = frozenset(cls for cls, _size in ALGORITHMS_BY_CURVE.values())
 
 
+def der_signature(signature: bytes, size: int) -> bytes:
+    """``r || s`` (each ``size`` bytes, big-endian) as the DER ``Ecdsa-Sig-Value`` cryptography
+    verifies: ``encode_dss_signature(int(r), int(s))`` built from the bytes directly (minimal
+    positive INTEGERs: leading zeros dropped, one 0x00 before a set high bit; short-form lengths
+    while ``size`` <= 61). tests/httpsig/test_verify_fast.py checks it equals the library call."""
+    if size > 61:  # a long-form length could be needed: the library encodes it
+        return encode_dss_signature(int.from_bytes(signature[:size], "big"), int.from_bytes(signature[size:], "big"))
+    r, s = signature[:size].lstrip(b"\0"), signature[size:].lstrip(b"\0")
+    if not r or r[0] > 0x7F:
+        r = b"\0" + r
+    if not s or s[0] > 0x7F:
+        s = b"\0" + s
+    return bytes((0x30, len(r) + len(s) + 4, 0x02, len(r))) + r + bytes((0x02, len(s))) + s
+
+
 def ecdsa_verify(algorithm: Any, signature: bytes, message: bytes) -> None:
     """What ``algorithm.verify(signature=, message=)`` of the library's ECDSA classes does
     (``r || s``, each ``_coordinate_size`` bytes, to DER, then cryptography's verify), called
@@ -110,5 +126,4 @@ def ecdsa_verify(algorithm: Any, signature: bytes, message: bytes) -> None:
     size = algorithm._coordinate_size
     if len(signature) != 2 * size:
         raise HTTPMessageSignaturesException("Unexpected signature length")
-    der = encode_dss_signature(int.from_bytes(signature[:size], "big"), int.from_bytes(signature[size:], "big"))
-    algorithm.public_key.verify(der, message, algorithm.signature_algorithm)
+    algorithm.public_key.verify(der_signature(signature, size), message, algorithm.signature_algorithm)

@@ -14,6 +14,7 @@ import datetime as dt
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import http_sf
@@ -22,7 +23,7 @@ from http_message_signatures import HTTPMessageSignaturesException, HTTPMessageV
 from http_sf.compat import Dictionary, InnerList
 from multidict import CIMultiDict
 
-from .base import _INT_PARAMS, _STR_PARAMS, fast_base_for_ids
+from .base import fast_base_for_ids
 from .errors import SignatureInvalid
 from .jwkalg import (  # re-exported: this module is where callers have always found them
     _ECDSA_CLASSES,
@@ -219,11 +220,33 @@ def parse_signatures(signature_input: str, signature: str) -> list[ParsedSignatu
     return [one] if one is not None else _parse_signatures_sf(signature_input, signature)
 
 
-# One member: label, the Inner List's text (checked for shape below) and plain parameters.
-_SI_ONE = re.compile(
-    r'([a-z*][a-z0-9_.*-]*)=\(("[a-z0-9@!#$%&\'*+.^_`|~ "-]*")?\)'
-    r'((?:;[a-z*][a-z0-9_.*-]*=(?:-?[0-9]{1,15}|"[\x20\x21\x23-\x5b\x5d-\x7e]*"))*)'
+# One member: ``label=(inner)`` (the head: no ")" inside, so it ends at the first one) then plain
+# parameters. The head is the same on every request of one signer and request shape, so its
+# reading is kept (a pure function of the text); the parameters change per request.
+_SI_HEAD = re.compile(r'([a-z*][a-z0-9_.*-]*)=\(("[a-z0-9@!#$%&\'*+.^_`|~ "-]*")?\)')
+# Parameters as strict serialization writes them: registered names with their types, integers
+# without leading zeros or "-0" (a subset of _SI_PARAMS).
+_SI_CANONICAL = re.compile(
+    r'(?:;(?:created|expires)=(?:0|-?[1-9][0-9]{0,14})|;(?:keyid|nonce|tag|alg)="[\x20\x21\x23-\x5b\x5d-\x7e]*")*'
 )
+_SI_PARAMS = re.compile(r'(?:;[a-z*][a-z0-9_.*-]*=(?:-?[0-9]{1,15}|"[\x20\x21\x23-\x5b\x5d-\x7e]*"))*')
+
+
+@lru_cache(maxsize=256)
+def _si_head(head: str) -> tuple[str, str, tuple[str, ...], str] | None:
+    """``label=("c1" "c2" ...)`` (single spaces, bare component names) as ``(label, "label=:",
+    component ids, "(inner)")``; None for any other shape."""
+    m = _SI_HEAD.fullmatch(head)
+    if m is None:
+        return None
+    label, inner = m.groups()
+    if inner is None:
+        return label, label + "=:", (), "()"
+    # '"a" "b"': the names hold neither quotes nor spaces once the '" "' separators go
+    names = inner[1:-1].replace('" "', "")
+    if len(inner) < 2 or '"' in names or " " in names:
+        return None
+    return label, label + "=:", tuple(inner.split(" ")), f"({inner})"
 
 
 def _single_signature(signature_input: str, signature: str) -> ParsedSignature | None:
@@ -231,39 +254,32 @@ def _single_signature(signature_input: str, signature: str) -> ParsedSignature |
     component names, integer or plain-string parameters) and one ``label=:base64:`` member with the
     same label. None for any other shape (the general reader decides, including which error to
     raise). tests/httpsig/test_base.py checks both readers agree."""
-    m = _SI_ONE.fullmatch(signature_input.strip(" "))
-    if m is None:
+    si = signature_input.strip(" ")
+    end = si.find(")") + 1
+    head = _si_head(si[:end]) if end else None
+    if head is None:
         return None
-    label, inner, ptxt = m.groups()
+    label, prefix, ids, inner = head
+    ptxt = si[end:]
     sg = signature.strip(" ")
-    if len(sg) < len(label) + 3 or not sg.startswith(label + "=:") or not sg.endswith(":"):
+    if not sg.startswith(prefix) or len(sg) < len(prefix) + 1 or sg[-1] != ":":
         return None
-    if inner is None:
-        ids: tuple[str, ...] = ()
-    else:  # '"a" "b"': the names hold neither quotes nor spaces once the '" "' separators go
-        names = inner[1:-1].replace('" "', "")
-        if len(inner) < 2 or '"' in names or " " in names:
-            return None
-        ids = tuple(inner.split(" "))
     params: dict[str, Any] = {}
     canonical = True  # the received text is what serializing ``params`` gives
     if ptxt:
+        canonical = _SI_CANONICAL.fullmatch(ptxt) is not None
+        if not canonical and _SI_PARAMS.fullmatch(ptxt) is None:
+            return None
         items = _SI_PARAM_ITEM.findall(ptxt)
         for key, num, text in items:
-            if num:
-                params[key] = value = int(num)
-                canonical = canonical and key in _INT_PARAMS and num == str(value)  # no 007, no -0
-            else:
-                params[key] = text
-                canonical = canonical and key in _STR_PARAMS
+            params[key] = int(num) if num else text
         if len(params) != len(items):
             return None  # a repeated parameter: http_sf's rule applies
     try:  # strict: base64 alphabet and padding only (= base64.b64decode(validate=True))
-        sig = binascii.a2b_base64(sg[len(label) + 2 : -1], strict_mode=True)
+        sig = binascii.a2b_base64(sg[len(prefix) : -1], strict_mode=True)
     except binascii.Error:
         return None
-    text = f"({inner or ''}){ptxt}" if canonical else None
-    return ParsedSignature(label, ids, params, sig, None, signature_input, text)
+    return ParsedSignature(label, ids, params, sig, None, signature_input, inner + ptxt if canonical else None)
 
 
 def _parse_signatures_sf(signature_input: str, signature: str) -> list[ParsedSignature]:
@@ -312,8 +328,11 @@ def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> None
         unknown = set(sig.params) - SIGNATURE_PARAMETERS
         raise SignatureInvalid("unknown signature parameter " + ", ".join(sorted(unknown)))
     try:
-        HTTPMessageVerifier._validate_signature_param_types(sig.params)
-        base = fast_base_for_ids(message, sig.components, sig.params, sig.params_text) or signature_base(message, sig)
+        if sig.params_text is None:  # else every parameter is registered and of its type already
+            HTTPMessageVerifier._validate_signature_param_types(sig.params)
+        base = fast_base_for_ids(
+            message, sig.components, sig.params, sig.params_text, is_request=type(message) is RequestView
+        ) or signature_base(message, sig)
         if type(algorithm) in _ECDSA_CLASSES:
             ecdsa_verify(algorithm, sig.signature, base)
         else:

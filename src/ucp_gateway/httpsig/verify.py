@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -30,6 +32,7 @@ from .rfc9530 import check_content_digest
 
 __all__ = [
     "VerifiedSignature",
+    "frozen_constructor",
     "profile_url_of",
     "request_requirements",
     "select_signatures",
@@ -63,6 +66,21 @@ class VerifiedSignature:
     jwk: dict[str, Any]
 
 
+def frozen_constructor(cls: type) -> Callable[..., Any]:
+    """A constructor for the frozen slots dataclass ``cls`` (all fields, by position or name, no
+    defaults) that sets each slot through its descriptor, as the generated ``__init__`` does
+    through ``object.__setattr__`` at twice the cost (one result is built per verified request).
+    Generated like dataclasses generates ``__init__``: field names are identifiers."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    ns: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    ns.update({f"_set_{n}": cls.__dict__[n].__set__ for n in names})
+    lines = "".join(f"    _set_{n}(obj, {n})\n" for n in names)
+    exec(f"def make({', '.join(names)}):\n    obj = _new(_cls)\n{lines}    return obj\n", ns)  # noqa: S102 (identifiers only)
+    return ns["make"]
+
+
+_verified = frozen_constructor(VerifiedSignature)
+
 # ``profile="<plain sf-string>"`` alone, the usual UCP-Agent; other shapes go through http_sf.
 _PROFILE_ONLY = re.compile(r'profile="([\x20\x21\x23-\x5b\x5d-\x7e]*)"')
 
@@ -84,6 +102,13 @@ def profile_url_of(ucp_agent: str | None, *, allow_http: bool = False) -> str:
 
     Raises InvalidProfileUrl (400) if missing, malformed or not https.
     """
+    return _profile_url(ucp_agent, allow_http)
+
+
+@lru_cache(maxsize=256)
+def _profile_url(ucp_agent: str | None, allow_http: bool) -> str:
+    """:func:`profile_url_of`, kept per header value: a platform sends the same ``UCP-Agent`` on
+    every call (lru_cache keeps results only; a refused value is examined again each time)."""
     if not ucp_agent:
         raise InvalidProfileUrl("UCP-Agent header with a profile is required")
     m = _PROFILE_ONLY.fullmatch(ucp_agent.strip(" "))
@@ -182,7 +207,7 @@ async def verify_request(
     sigs = parse_signatures(
         sig_input[0] if len(sig_input) == 1 else ", ".join(sig_input), sig[0] if len(sig) == 1 else ", ".join(sig)
     )
-    profile_url = profile_url_of(headers.get("UCP-Agent"), allow_http=policy.allow_http_profiles)
+    profile_url = _profile_url(headers.get("UCP-Agent"), policy.allow_http_profiles)
     kid = sigs[0].keyid if len(sigs) == 1 and policy.tag is None else None
     if kid:  # one candidate: select_signatures without its lists (same lookups, same error)
         jwk = await resolver.resolve(profile_url, kid, force_refresh=False)
@@ -190,7 +215,10 @@ async def verify_request(
             jwk = await resolver.resolve(profile_url, kid, force_refresh=True)
             if jwk is None:
                 raise KeyNotFound("signature key not found in the caller's profile")
-        return await _finish(_verify_one(view, sigs[0], jwk, profile_url, policy, now), policy, now, replay_store)
+        result = _verify_one(view, sigs[0], jwk, profile_url, policy, now)
+        if result.nonce is not None and replay_store is not None:
+            await _remember(result, policy, now, replay_store)
+        return result
     first_error: Exception | None = None
     # An attacker may add signatures naming the caller's kid; one that verifies is enough (§7.2.6).
     for chosen, jwk in await select_signatures(sigs, profile_url, resolver, policy):
@@ -199,19 +227,18 @@ async def verify_request(
         except (SignatureInvalid, AlgorithmUnsupported) as exc:
             first_error = first_error or exc
             continue
-        return await _finish(result, policy, now, replay_store)
+        if result.nonce is not None and replay_store is not None:
+            await _remember(result, policy, now, replay_store)
+        return result
     assert first_error is not None
     raise first_error
 
 
-async def _finish(
-    result: VerifiedSignature, policy: SignaturePolicy, now: dt.datetime, replay_store: ReplayStore | None
-) -> VerifiedSignature:
-    """Record ``(keyid, nonce)`` (RFC 9421 §7.2.2); raises SignatureInvalid for a replayed nonce."""
-    if result.nonce is not None and replay_store is not None:
-        if not await replay_store.remember(result.kid, result.nonce, now=now, ttl=policy.replay_ttl):
-            raise SignatureInvalid("signature nonce was already used")
-    return result
+async def _remember(result: VerifiedSignature, policy: SignaturePolicy, now: dt.datetime, store: ReplayStore) -> None:
+    """Record ``(keyid, nonce)`` of a signature with a nonce (RFC 9421 §7.2.2); raises
+    SignatureInvalid for a replayed nonce."""
+    if not await store.remember(result.kid, result.nonce, now=now, ttl=policy.replay_ttl):
+        raise SignatureInvalid("signature nonce was already used")
 
 
 def _verify_one(
@@ -240,7 +267,7 @@ def _verify_one(
     # _algorithm = algorithm_instance(jwk) without looking the curve up a second time
     verify_signature(view, chosen, _algorithm(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size))
     nonce, tag = p.get("nonce"), p.get("tag")
-    return VerifiedSignature(  # positional, in field order: kid, profile_url, label, covered_components,
+    return _verified(  # positional, in field order: kid, profile_url, label, covered_components,
         kid,  # created, expires, nonce, tag, algorithm, jwk
         profile_url,
         chosen.label,

@@ -38,7 +38,7 @@ from .replay import PgReplayStore, ReplayStore
 from .resolver import KeyResolver, ProfileKeyResolver
 from .rfc9421 import RequestView, ResponseView
 from .signing import sign_response_view
-from .verify import VerifiedSignature, verify_request
+from .verify import VerifiedSignature, frozen_constructor, verify_request
 
 __all__ = [
     "KEY_RESOLVER",
@@ -80,6 +80,9 @@ class AgentPrincipal:
     role: str
     authenticated: bool
     kind: str = "agent"
+
+
+_principal = frozen_constructor(AgentPrincipal)
 
 
 def effective_mode(signature_policy: str, dev_mode: bool) -> str:
@@ -258,7 +261,7 @@ async def signature_middleware(
             log.info("signature rejected", extra={"code": exc.code, "company": company.slug})
             return _error_response(exc)
         request[REQ_SIGNATURE] = sig
-        request[REQ_PRINCIPAL] = AgentPrincipal(company.id, sig.profile_url, sig.kid, "buyer", True)
+        request[REQ_PRINCIPAL] = _principal(company.id, sig.profile_url, sig.kid, "buyer", True, "agent")
     request[REQ_SIGN_RESPONSE] = False
     response = await handler(request)
     if isinstance(response, web.Response) and _wants_signature(request, company, settings):
