@@ -108,14 +108,18 @@ def _stdlib(value) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-_out_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from('\x00\x1f\x7f\u2028"\\/é\U0001f339')),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4),
-    max_leaves=20,
-)
+def _json_like(scalars, specials: str):
+    """JSON-shaped values: ``scalars``, strings (with ``specials`` mixed in), lists and str-keyed dicts."""
+    text = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(specials))
+    return st.recursive(
+        scalars | text,
+        lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4),
+        max_leaves=20,
+    )
+
+
+_INTS = st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+_out_values = _json_like(_INTS, '\x00\x1f\x7f\u2028"\\/é\U0001f339')
 
 
 @settings(max_examples=500, deadline=None)
@@ -152,15 +156,7 @@ def test_dumps_compact_leaves_the_rest_to_the_json_module():
         dumps_compact(["\ud800"])
 
 
-_db_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from('\x1f\x7f\u2028"\\/é\U0001f339')),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4),
-    max_leaves=20,
-)
+_db_values = _json_like(_INTS | st.floats(allow_nan=False, allow_infinity=False), '\x1f\x7f\u2028"\\/é\U0001f339')
 
 
 @settings(max_examples=500, deadline=None)

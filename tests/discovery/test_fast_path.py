@@ -18,11 +18,9 @@ PATH = "/.well-known/ucp"
 RID = {"Request-Id": "fast-path-test-1"}
 
 
-@pytest.fixture
-async def gw(aiohttp_client, database, db_settings):
-    """The real app (create_app) with the fast path counted: ``answered`` lists what it answered."""
-    await create_company(database.pool, slug="shop", display_name="Shop", hostnames=["shop.test"])
-    app = create_app(db_settings, clock=FrozenClock(), database=database)
+async def _counting_client(aiohttp_client, app):
+    """A test client of ``app`` whose fast path is counted: ``client.answered`` lists the status of
+    each answer it gave (0 when it declined)."""
     answered: list[int] = []
     fast_path = app[PUBLIC_FAST_PATHS][PATH]  # discovery.web.public_fast_path(...)
 
@@ -34,6 +32,14 @@ async def gw(aiohttp_client, database, db_settings):
     app[PUBLIC_FAST_PATHS][PATH] = counting
     client = await aiohttp_client(app)
     client.answered = answered
+    return client
+
+
+@pytest.fixture
+async def gw(aiohttp_client, database, db_settings):
+    """The real app (create_app) with the fast path counted: ``answered`` lists what it answered."""
+    await create_company(database.pool, slug="shop", display_name="Shop", hostnames=["shop.test"])
+    client = await _counting_client(aiohttp_client, create_app(db_settings, clock=FrozenClock(), database=database))
     client.settings = db_settings
     return client
 
@@ -194,17 +200,7 @@ async def test_fast_answers_with_and_without_the_access_log(aiohttp_client, data
     try:
         app = create_app(settings, clock=FrozenClock(), database=database)
         assert app[FOUNDATION].log_on is (level == "info")
-        answered: list[int] = []
-        fast_path = app[PUBLIC_FAST_PATHS][PATH]
-
-        def counting(request, host):
-            resp = fast_path(request, host)
-            answered.append(0 if resp is None else resp.status)
-            return resp
-
-        app[PUBLIC_FAST_PATHS][PATH] = counting
-        client = await aiohttp_client(app)
-        client.answered = answered
+        client = await _counting_client(aiohttp_client, app)
         await client.get(PATH, headers={"Host": "shop.test"})
         (status, headers, _), used = await _same_both_ways(client, "GET", {"Host": "shop.test"})
         assert status == 200 and used == [200] and dict(headers)[b"Server"] == b"ucp-gateway"
