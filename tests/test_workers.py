@@ -121,3 +121,53 @@ def test_restart_budget_allows_limit_restarts_per_window():
     assert budget.allow(61.0)  # and the one at 1.0
     assert not budget.allow(61.5)  # 2.0, 60.5 and 61.0 are still within 60 s
     assert budget.allow(200.0)
+
+
+def test_workers_stop_when_the_supervisor_is_killed_and_a_restart_reuses_the_data(tmp_path):
+    data_dir = (tmp_path / "gw").resolve()
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("UCPGW_")}
+    env["UCPGW_LOG_LEVEL"] = "info"
+    procs = []
+    try:
+        for attempt in ("killed", "restarted"):
+            log = tmp_path / f"{attempt}.log"
+            port = _free_port()
+            with log.open("w") as err:
+                proc = subprocess.Popen(
+                    [*CLI, "serve", "--demo", "--workers", "2", "--data-dir", str(data_dir), "--port", str(port)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    env=env,
+                )
+            procs.append(proc)
+            _wait_for(log, proc, lambda e: e.get("event") == "listening" and e.get("workers") == 2)
+            assert _get(port, "/.well-known/ucp") == 200
+            workers = [e["pid"] for e in _events(log) if e.get("event") == "worker_started"]
+            if attempt == "restarted":
+                break
+            proc.kill()  # SIGKILL: no chance to stop its workers
+            proc.wait(timeout=10)
+            deadline = time.monotonic() + 15
+            while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not any(_alive(p) for p in workers), "orphaned workers kept serving"
+            assert any(e.get("event") == "supervisor_gone" for e in _events(log))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=60)
+    assert procs[-1].returncode == 0
+    # the killed supervisor's embedded server was reused, and outlives the restart as after a killed
+    # single-process serve (pgserver stops only a server its process started): stop it here
+    for p in _postgres_procs(data_dir):
+        if "-D" in p.cmdline():  # the postmaster
+            p.terminate()
+            p.wait(timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -13,7 +13,9 @@ Supervision: a worker that dies is restarted (checked every second), at most ``M
 that keeps crashing would otherwise hide the fault). A worker that fails before it is ready (port
 in use, database refused) stops the start-up with exit code 1. SIGINT/SIGTERM: every worker gets
 SIGTERM and shuts down gracefully (``shutdown_timeout``); stragglers are killed; the embedded
-PostgreSQL stops last.
+PostgreSQL stops last. A worker whose supervisor is gone (SIGKILL) shuts itself down within a
+second or so; the embedded PostgreSQL of a killed supervisor is left running, as after a killed
+single-process ``serve``: the next start reuses it (and, not having started it, leaves it running).
 
 Every worker has its own pool (``db_pool_max`` connections), profile and host caches and buyer
 rate limiter. What must be shared already lives in PostgreSQL: the replay cache, idempotency keys,
@@ -66,22 +68,39 @@ class RestartBudget:
 
 
 def _worker_main(settings: Settings, index: int, ready: Any, seed: bool) -> None:
-    """Entry point of a worker process (spawned): serve until SIGTERM/SIGINT; exit 1 on a
-    configuration error, printed like the CLI prints it."""
+    """Entry point of a worker process (spawned): serve until SIGTERM/SIGINT or until the supervisor
+    is gone (an orphan would keep the port and the database busy); exit 1 on a configuration
+    error, printed like the CLI prints it."""
     from .logs import configure_logging
     from .serve import demo_seed_hook, run, run_server
 
     configure_logging(settings)
     structlog.contextvars.bind_contextvars(worker=index)
     seeder = demo_seed_hook(settings) if seed else None
+    supervisor = os.getppid()
 
     async def before_serve(app: Any) -> None:
         if seeder is not None:
             await seeder(app)
         ready.set()
 
+    async def main() -> None:
+        stop = asyncio.Event()
+
+        async def watch_supervisor() -> None:
+            while os.getppid() == supervisor:  # re-parented when the supervisor dies  # noqa: ASYNC110
+                await asyncio.sleep(1.0)
+            _log.error("supervisor_gone", supervisor_pid=supervisor)
+            stop.set()
+
+        watcher = asyncio.create_task(watch_supervisor())
+        try:
+            await run_server(settings, before_serve=before_serve, stop=stop, reuse_port=True)
+        finally:
+            watcher.cancel()
+
     try:
-        run(settings, run_server(settings, before_serve=before_serve, reuse_port=True))
+        run(settings, main())
     except GatewayError as exc:
         print(f"ucp-gateway: error: worker {index}: {exc.message}", file=sys.stderr)
         sys.exit(1)
