@@ -72,6 +72,11 @@ def test_workers_share_the_port_restart_a_crashed_worker_and_stop_cleanly(tmp_pa
             assert _get(port) == 200
         served = {e["worker"] for e in _events(log) if e.get("event") == "request" and e.get("path") == "/healthz"}
         assert served == {0, 1}, "both workers take connections on the one port"
+        # regression (newcomer): with SO_REUSEPORT a second server joined the port and answered from
+        # its own database; the one inherited listening socket keeps the port exclusive
+        for extra in (["--workers", "2"], []):
+            other = run(["serve", *extra, "--port", str(port), "--data-dir", str(tmp_path / "other")], env)
+            assert_one_line_error(other, f"port {port} on 127.0.0.1 is already in use")
 
         os.kill(pids[1], signal.SIGKILL)  # a crash, not a shutdown
         _wait_for(log, proc, lambda e: e.get("event") == "worker_exited" and e.get("worker") == 1)
@@ -107,6 +112,18 @@ def test_workers_refuse_a_port_held_by_another_listener(tmp_path):
         # refused at bind time, before any database or worker is started
         proc = run(["serve", "--workers", "2", "--port", str(port), "--data-dir", str(tmp_path)])
         assert_one_line_error(proc, f"port {port} on 127.0.0.1 is already in use")
+
+
+def test_workers_must_fit_the_servers_connections(tmp_path):
+    """Regression (newcomer): --workers 64 started 64 pools of 10 on a 100-connection server and
+    failed worker by worker with a misleading password hint; now one line before any worker starts."""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("UCPGW_")}
+    proc = run(
+        ["serve", "--demo", "--workers", "11", "--port", str(_free_port()), "--data-dir", str(tmp_path / "gw")], env
+    )
+    assert_one_line_error(proc, "11 workers x db_pool_max 10 connections (+10 spare) exceed PostgreSQL's")
+    assert "max_connections 100" in proc.stderr
+    assert _postgres_procs((tmp_path / "gw").resolve()) == []
 
 
 def test_workers_setting_is_bounded():

@@ -53,7 +53,7 @@ def configure_logging(settings: Settings, *, stream=None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=stream or sys.stderr),  # one write per line
         cache_logger_on_first_use=False,
     )
     # stdlib loggers (aiohttp, asyncio, pgserver) at warning and above, as plain lines on stderr

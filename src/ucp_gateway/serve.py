@@ -103,6 +103,7 @@ async def run_server(
     before_serve: Callable[[web.Application], object] | None = None,
     stop: asyncio.Event | None = None,
     reuse_port: bool = False,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve ``create_app(settings)`` until a signal (or ``stop``) arrives.
 
@@ -110,10 +111,13 @@ async def run_server(
         before_serve: optional ``async (app) -> None`` run after the database is open and before the
             socket accepts connections (``serve --demo`` seeds here).
         stop: an event that ends serving when set (tests); SIGINT/SIGTERM set it too.
-        reuse_port: listen with SO_REUSEPORT (a worker of ``serve --workers N``, ucp_gateway.workers).
+        reuse_port: listen with SO_REUSEPORT (several processes bind the port; bench/checkout_flow.py).
+        sock: a listening socket to serve on instead of binding ``settings.host:port`` (a worker of
+            ``serve --workers N`` gets the supervisor's, ucp_gateway.workers); closed on return.
     Raises: ConfigError (port in use, database problems) before anything is served.
     """
-    sock = bind_socket(settings.host, settings.port, reuse_port=reuse_port)
+    if sock is None:
+        sock = bind_socket(settings.host, settings.port, reuse_port=reuse_port)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,11 +1,12 @@
 """``serve --workers N``: N serving processes on one port, under a supervisor process.
 
 One gateway process runs one event loop on one core. With ``workers`` > 1 the ``serve`` process
-becomes a supervisor: it reserves the port, creates the development secrets once (so workers never
-race to write them), starts the embedded PostgreSQL and applies migrations when no
-``database_url`` is set, then spawns the workers. Each worker is a full gateway (``run_server``)
-listening with SO_REUSEPORT on the same port; the kernel spreads new connections over the
-listening workers (Linux socket(7)). Worker 0 starts first and seeds the demo (``--demo``), the
+becomes a supervisor (the pre-fork model): it binds the listening socket (a port in use fails
+fast, and no other server can join the port later, as SO_REUSEPORT would let it), creates the
+development secrets once (so workers never race to write them), starts the embedded PostgreSQL and
+applies migrations when no ``database_url`` is set, checks that N pools fit the server's
+``max_connections``, then spawns the workers. Each worker is a full gateway (``run_server``)
+accepting on the inherited socket. Worker 0 starts first and seeds the demo (``--demo``), the
 others after it is ready.
 
 Supervision: a worker that dies is restarted (checked every second), at most ``MAX_RESTARTS`` times per
@@ -48,6 +49,7 @@ MAX_RESTARTS = 5  # restarts of crashed workers allowed per RESTART_WINDOW secon
 RESTART_WINDOW = 60.0
 _START_TIMEOUT = 120.0  # seconds a worker may take to open the database and listen
 _POLL = 0.1
+_SPARE_CONNECTIONS = 10  # migrations, CLI commands and the owner's sessions beside the pools
 
 
 @dataclass
@@ -67,7 +69,7 @@ class RestartBudget:
         return True
 
 
-def _worker_main(settings: Settings, index: int, ready: Any, seed: bool) -> None:
+def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: socket.socket) -> None:
     """Entry point of a worker process (spawned): serve until SIGTERM/SIGINT or until the supervisor
     is gone (an orphan would keep the port and the database busy); exit 1 on a configuration
     error, printed like the CLI prints it."""
@@ -95,7 +97,7 @@ def _worker_main(settings: Settings, index: int, ready: Any, seed: bool) -> None
 
         watcher = asyncio.create_task(watch_supervisor())
         try:
-            await run_server(settings, before_serve=before_serve, stop=stop, reuse_port=True)
+            await run_server(settings, before_serve=before_serve, stop=stop, sock=sock)
         finally:
             watcher.cancel()
 
@@ -109,8 +111,8 @@ def _worker_main(settings: Settings, index: int, ready: Any, seed: bool) -> None
 
 
 class _Workers:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, settings: Settings, sock: socket.socket) -> None:
+        self.settings, self.sock = settings, sock
         self.ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited loop, pool or threads
         self.procs: dict[int, Any] = {}
         self.ready: dict[int, Any] = {}
@@ -118,7 +120,10 @@ class _Workers:
     def start(self, index: int, *, seed: bool = False) -> None:
         ready = self.ctx.Event()
         proc = self.ctx.Process(
-            target=_worker_main, args=(self.settings, index, ready, seed), name=f"ucp-gateway-worker-{index}"
+            # the socket travels as a duplicated descriptor (multiprocessing's socket reduction)
+            target=_worker_main,
+            args=(self.settings, index, ready, seed, self.sock),
+            name=f"ucp-gateway-worker-{index}",
         )
         proc.start()
         self.procs[index], self.ready[index] = proc, ready
@@ -172,7 +177,21 @@ async def _prepare(settings: Settings) -> tuple[Settings, Any]:
     load_nonce_secrets(settings)  # dev: generates <data_dir>/verbs-nonce.secret likewise
     db = await connect_database(settings)
     embedded, db.embedded = db.embedded, None  # keep the embedded server running for the workers
-    await db.close()
+    try:
+        async with db.pool.acquire() as conn:
+            limit = int(await conn.fetchval("SELECT current_setting('max_connections')"))
+    finally:
+        await db.close()
+    need = settings.workers * max(settings.db_pool_max, settings.db_pool_min) + _SPARE_CONNECTIONS
+    if need > limit:
+        if embedded is not None:
+            from .db.embedded import stop_embedded
+
+            await stop_embedded(embedded)
+        raise ConfigError(
+            f"{settings.workers} workers x db_pool_max {settings.db_pool_max} connections (+{_SPARE_CONNECTIONS} "
+            f"spare) exceed PostgreSQL's max_connections {limit}; lower UCPGW_WORKERS or UCPGW_DB_POOL_MAX"
+        )
     update: dict[str, Any] = {"workers": 1}
     if embedded is not None:
         update["database_url"] = db.owner_dsn
@@ -183,14 +202,11 @@ async def supervise(settings: Settings) -> int:
     """Run ``settings.workers`` gateway processes on one port until SIGINT/SIGTERM.
 
     Returns the exit code: 0 after a signal, 1 when a worker failed to start or kept crashing.
-    Raises: ConfigError before anything is started (SO_REUSEPORT missing, port taken, database).
+    Raises: ConfigError before any worker is started (port taken, database, too many connections).
     """
-    if not hasattr(socket, "SO_REUSEPORT"):
-        raise ConfigError("workers > 1 needs SO_REUSEPORT (Linux); run one process per port instead")
-    # bound, not listening: holds the port (and learns it for port 0) without taking connections
     from .serve import bind_socket
 
-    holder = bind_socket(settings.host, settings.port, reuse_port=True, listen=False)
+    sock = bind_socket(settings.host, settings.port)  # the one listening socket every worker accepts on
     embedded = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -199,8 +215,8 @@ async def supervise(settings: Settings) -> int:
     code = 0
     try:
         worker_settings, embedded = await _prepare(settings)
-        worker_settings = worker_settings.model_copy(update={"port": holder.getsockname()[1]})
-        workers = _Workers(worker_settings)
+        worker_settings = worker_settings.model_copy(update={"port": sock.getsockname()[1]})
+        workers = _Workers(worker_settings, sock)
         try:
             code = await _run(workers, settings.workers, settings.demo, stop)
         finally:
@@ -208,12 +224,12 @@ async def supervise(settings: Settings) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        holder.close()
+        sock.close()
         if embedded is not None:
             from .db.embedded import stop_embedded
 
             await stop_embedded(embedded)
-        _log.info("stopped", exit_code=code)
+    _log.info("stopped", exit_code=code)  # not reached when start-up raised (the CLI prints it, exit 1)
     return code
 
 
