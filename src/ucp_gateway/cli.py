@@ -164,7 +164,7 @@ def _register_foundation(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", parents=[common], help="run the gateway")
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8080)")
-    p.add_argument("--workers", type=int, help="serving processes on the port (default 1; SO_REUSEPORT, Linux)")
+    p.add_argument("--workers", type=int, help="serving processes sharing the listening socket (default 1)")
     p.add_argument("--demo", action="store_true", help="seed and serve the flower-shop demo on 127.0.0.1/localhost")
     p.set_defaults(func=cmd_serve)
 

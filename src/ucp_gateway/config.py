@@ -56,7 +56,7 @@ class Settings(BaseSettings):
         default=1,
         ge=1,
         le=64,
-        description="serving processes of `serve` (SO_REUSEPORT, Linux); each has its own pool of db_pool_max "
+        description="serving processes of `serve` sharing its listening socket; each has its own pool of db_pool_max "
         "connections and its own in-process caches and buyer rate limiter",
     )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(

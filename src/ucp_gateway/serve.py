@@ -29,8 +29,8 @@ _log = structlog.get_logger("ucp_gateway.serve")
 def bind_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
     """Bind (and listen, unless ``listen`` is false) on ``host:port``; port 0 picks a free one.
 
-    ``reuse_port``: set SO_REUSEPORT first, so that every worker of ``serve --workers N`` listens on
-    the same port and the kernel spreads new connections over them (Linux socket(7)).
+    ``reuse_port``: set SO_REUSEPORT first, so that several processes can listen on the same port and
+    the kernel spreads new connections over them (Linux socket(7); bench/checkout_flow.py --workers).
     Raises: ConfigError when the port is taken (by a socket without SO_REUSEPORT) or unusable.
     """
     try:
