@@ -36,8 +36,9 @@ On a shared machine prefer the CPU figures; repeat wall-clock figures.
 
 Usage: python bench/checkout_flow.py [--buyers 32] [--items 1] [--seconds 10] [--warmup 3] [--rate 100]
        [--workers 1] [--waits] [--profile DIR] [--log-sql FILE]
-       (--workers N: N gateway processes on the port, as ``serve --workers N``; BENCH_POOL_MAX sets
-       each one's pool size)
+       (--workers N: N gateway processes on the port, bound with SO_REUSEPORT so that each is this
+       script's own child; ``serve --workers N`` shares one socket instead; BENCH_POOL_MAX sets each
+       one's pool size)
        (BENCH_EVENT_LOOP=asyncio runs the gateway on asyncio's own loop instead of uvloop)
 """
 
@@ -433,7 +434,7 @@ async def _prepare(dsn: str, ring: str, keys_dir: Path, log_sql: bool = False) -
 
 def _spawn(mode: str, port: int, env: dict, workers: int = 1) -> list[subprocess.Popen]:
     """Start the gateway of ``mode``: ``workers`` processes listening on ``port`` (SO_REUSEPORT when
-    more than one, as ``serve --workers N``); returns once every one of them is serving."""
+    more than one); returns once every one of them is serving."""
     e = dict(env, BENCH_WORKERS=str(workers), BENCH_READY_DIR=tempfile.mkdtemp(prefix="ucpgw-ready-"))
     if mode == "plain":
         e["UCPGW_COMMERCE_VIA_VERBS"] = "false"
