@@ -50,19 +50,24 @@ def _get(port: int, path: str = "/healthz") -> int:
         return r.status
 
 
-def test_workers_share_the_port_restart_a_crashed_worker_and_stop_cleanly(tmp_path):
-    data_dir = (tmp_path / "gw").resolve()
-    log = tmp_path / "serve.log"
+def _supervisor(data_dir: Path, log: Path, port: int) -> subprocess.Popen:
+    """``serve --demo --workers 2`` on its own embedded database; JSON log lines go to ``log``."""
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("UCPGW_")}
     env["UCPGW_LOG_LEVEL"] = "info"  # one access-log line per request, tagged with the worker
-    port = _free_port()
     with log.open("w") as err:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [*CLI, "serve", "--demo", "--workers", "2", "--data-dir", str(data_dir), "--port", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=err,
             env=env,
         )
+
+
+def test_workers_share_the_port_restart_a_crashed_worker_and_stop_cleanly(tmp_path):
+    data_dir = (tmp_path / "gw").resolve()
+    log = tmp_path / "serve.log"
+    port = _free_port()
+    proc = _supervisor(data_dir, log, port)
     try:
         _wait_for(log, proc, lambda e: e.get("event") == "listening" and e.get("workers") == 2)
         assert "seeded demo company" in log.read_text()  # worker 0 seeded before worker 1 started
@@ -75,7 +80,7 @@ def test_workers_share_the_port_restart_a_crashed_worker_and_stop_cleanly(tmp_pa
         # regression (newcomer): with SO_REUSEPORT a second server joined the port and answered from
         # its own database; the one inherited listening socket keeps the port exclusive
         for extra in (["--workers", "2"], []):
-            other = run(["serve", *extra, "--port", str(port), "--data-dir", str(tmp_path / "other")], env)
+            other = run(["serve", *extra, "--port", str(port), "--data-dir", str(tmp_path / "other")])
             assert_one_line_error(other, f"port {port} on 127.0.0.1 is already in use")
 
         os.kill(pids[1], signal.SIGKILL)  # a crash, not a shutdown
@@ -117,10 +122,7 @@ def test_workers_refuse_a_port_held_by_another_listener(tmp_path):
 def test_workers_must_fit_the_servers_connections(tmp_path):
     """Regression (newcomer): --workers 64 started 64 pools of 10 on a 100-connection server and
     failed worker by worker with a misleading password hint; now one line before any worker starts."""
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("UCPGW_")}
-    proc = run(
-        ["serve", "--demo", "--workers", "11", "--port", str(_free_port()), "--data-dir", str(tmp_path / "gw")], env
-    )
+    proc = run(["serve", "--demo", "--workers", "11", "--port", str(_free_port()), "--data-dir", str(tmp_path / "gw")])
     assert_one_line_error(proc, "11 workers x db_pool_max 10 connections (+10 spare) exceed PostgreSQL's")
     assert "max_connections 100" in proc.stderr
     assert _postgres_procs((tmp_path / "gw").resolve()) == []
@@ -142,20 +144,12 @@ def test_restart_budget_allows_limit_restarts_per_window():
 
 def test_workers_stop_when_the_supervisor_is_killed_and_a_restart_reuses_the_data(tmp_path):
     data_dir = (tmp_path / "gw").resolve()
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("UCPGW_")}
-    env["UCPGW_LOG_LEVEL"] = "info"
     procs = []
     try:
         for attempt in ("killed", "restarted"):
             log = tmp_path / f"{attempt}.log"
             port = _free_port()
-            with log.open("w") as err:
-                proc = subprocess.Popen(
-                    [*CLI, "serve", "--demo", "--workers", "2", "--data-dir", str(data_dir), "--port", str(port)],
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    env=env,
-                )
+            proc = _supervisor(data_dir, log, port)
             procs.append(proc)
             _wait_for(log, proc, lambda e: e.get("event") == "listening" and e.get("workers") == 2)
             assert _get(port, "/.well-known/ucp") == 200
