@@ -26,8 +26,8 @@ __all__ = ["bind_socket", "demo_seed_hook", "loop_factory", "run", "run_server"]
 _log = structlog.get_logger("ucp_gateway.serve")
 
 
-def bind_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
-    """Bind (and listen, unless ``listen`` is false) on ``host:port``; port 0 picks a free one.
+def bind_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """Bind and listen on ``host:port``; port 0 picks a free one.
 
     ``reuse_port``: set SO_REUSEPORT first, so that several processes can listen on the same port and
     the kernel spreads new connections over them (Linux socket(7); bench/checkout_flow.py --workers).
@@ -44,8 +44,7 @@ def bind_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool 
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind(addr)
-        if listen:
-            sock.listen(1024)
+        sock.listen(1024)
     except OSError as exc:
         sock.close()
         if exc.errno in (98, 48):  # EADDRINUSE (Linux, BSD)
