@@ -12,12 +12,24 @@ in its ``setup``):
 - ``app[PATH_WRAPPERS][path]``: ``async (request, call) -> response``, run OUTSIDE this layer (around
   request id, error mapping and every subsystem middleware) for requests to exactly ``path``;
   ``call(request)`` runs the rest. The MCP binding rewrites REST-shaped errors into JSON-RPC here.
-- ``app[PUBLIC_FAST_PATHS][path]``: ``(request, host) -> response | None``, sync (``host`` is
-  ``request.host``), called once the Host has a fresh host-cache answer and before the subsystem
-  middlewares. It answers a public document from a cache, or returns None and the request takes the
-  full path. It must answer byte-for-byte what the full path would, so it may answer only requests
-  that no subsystem middleware would act on (discovery's ``/.well-known/ucp``); the foundation adds
-  ``Request-Id`` and ``Server`` to both alike.
+- ``app[PUBLIC_FAST_PATHS][path]``: a :class:`PublicPath` ``(handler, answer)``. ``answer(request,
+  host) -> response | None`` is sync (``host`` is ``request.host``) and is asked once the router
+  matched ``handler`` and the Host has a fresh host-cache answer, before the subsystem middlewares.
+  It answers a public document from a cache, or returns None and the request takes the full path.
+  It must answer byte-for-byte what the full path would, so it may answer only requests that no
+  subsystem middleware would act on (discovery's ``/.well-known/ucp``); the foundation adds
+  ``Request-Id`` and ``Server`` to both alike. It must not read ``request.match_info`` or
+  ``request.app``: the front path asks it before routing.
+
+The front path (:func:`front_handler`, installed by ``serve.run_server``): the same answers, asked
+BEFORE aiohttp's router and middleware chain (``Application._handle``: router resolve, middleware
+partials and one coroutine per layer), which cost more than the rest of a cached answer. It answers
+a request only where this layer would have answered it from the same ``PublicPath``: a GET or HEAD
+whose request target is exactly the path (no query, no escapes, so no ``%00``), for a method the
+router was seen to send to ``handler`` at that exact target (:attr:`PublicPath.methods`, learnt by
+this layer; the router is frozen once serving), without ``Expect`` and without a path wrapper, with
+a fresh host-cache answer for the Host; everything else, a decline and a fault go to aiohttp's
+handler unchanged (a fault is then met and logged again by this layer, with the request id).
 """
 
 from __future__ import annotations
@@ -47,7 +59,9 @@ __all__ = [
     "FastPath",
     "Foundation",
     "PathWrapper",
+    "PublicPath",
     "foundation_middleware",
+    "front_handler",
     "json_error",
 ]
 
@@ -55,8 +69,24 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PathWrapper = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 FastPath = Callable[[web.Request, str], "web.StreamResponse | None"]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+RawHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]  # aiohttp's web.Server request_handler
+
+
+class PublicPath:
+    """A ``app[PUBLIC_FAST_PATHS]`` entry (module doc): ``answer`` stands in for the route handler
+    ``handler`` on fresh cached answers. ``methods``: the methods the router was seen to send to
+    ``handler`` at exactly this path (filled by the foundation layer, read by the front path)."""
+
+    __slots__ = ("answer", "handler", "methods")
+
+    def __init__(self, handler: Handler, answer: FastPath):
+        self.handler = handler
+        self.answer = answer
+        self.methods: set[str] = set()
+
+
 PATH_WRAPPERS = web.AppKey("path_wrappers", dict[str, PathWrapper])
-PUBLIC_FAST_PATHS = web.AppKey("public_fast_paths", dict[str, FastPath])
+PUBLIC_FAST_PATHS = web.AppKey("public_fast_paths", dict[str, PublicPath])
 _WRAPPED = web.RequestKey("ucpgw.path_wrapped", bool)  # the path wrapper already runs around this layer
 # A concrete logger built once per app (after logging is configured): resolving structlog's lazy
 # proxy on every request costs more than the rest of the middleware chain.
@@ -110,7 +140,7 @@ class Foundation:
     so a subsystem that adds a path wrapper or fast path through those keys is seen here.
     """
 
-    __slots__ = ("access_log", "fast_paths", "host_cache", "log_on", "wrappers")
+    __slots__ = ("access_log", "fast_paths", "host_cache", "log_on", "middleware", "wrappers")
 
     def __init__(
         self,
@@ -118,13 +148,14 @@ class Foundation:
         access_log: object,
         log_on: bool,
         wrappers: dict[str, PathWrapper],
-        fast_paths: dict[str, FastPath],
+        fast_paths: dict[str, PublicPath],
     ):
         self.host_cache = host_cache
         self.access_log = access_log
         self.log_on = log_on
         self.wrappers = wrappers
         self.fast_paths = fast_paths
+        self.middleware: Middleware | None = None  # foundation_middleware(self), once made
 
 
 FOUNDATION = web.AppKey("foundation", Foundation)
@@ -155,6 +186,7 @@ SERVER = "ucp-gateway"  # the Server header: no framework or Python version on t
 # header names as istr: a case-insensitive lookup or set with a plain str folds the name every time
 _REQUEST_ID = istr("Request-Id")
 _SERVER = hdrs.SERVER
+_EXPECT = hdrs.EXPECT
 
 
 def foundation_middleware(state: Foundation) -> Middleware:
@@ -172,9 +204,11 @@ def foundation_middleware(state: Foundation) -> Middleware:
        response would pay for; a handler that prepares a ``StreamResponse`` itself sets them itself.
 
     Before 1, a wrapper in ``state.wrappers`` for this path runs around all of it. A
-    ``state.fast_paths`` entry may answer a cached public document once the host cache has a fresh
-    answer for the Host (module doc); it then skips request storage and the ContextVar (nothing
-    reads them on that answer) but not the request id, ``%00`` refusal, tenancy, headers or log line.
+    ``state.fast_paths`` entry may answer a cached public document once the router matched its
+    handler and the host cache has a fresh answer for the Host (module doc); it then skips request
+    storage and the ContextVar (nothing reads them on that answer) but not the request id, ``%00``
+    refusal, tenancy, headers or log line. Here the entry also learns which methods the router sends
+    to its handler at exactly its path, for the front path (:func:`front_handler`).
 
     The per-app state is bound in a closure (no app lookup per request), and it is one layer
     instead of three: each aiohttp middleware costs a partial call and a coroutine per request,
@@ -202,27 +236,25 @@ def foundation_middleware(state: Foundation) -> Middleware:
         incoming = request.headers.get(_REQUEST_ID)
         rid = incoming if incoming and _SAFE_ID.match(incoming) else (ids.pop() if ids else _refill_ids())
         start = time.perf_counter() if log_on else 0.0
-        fast = fast_paths.get(path)
-        if fast is not None and "\x00" not in request.query_string:  # the key, a plain path, has no %00
+        public = fast_paths.get(path)
+        # only the route it stands in for (404/405 and other handlers take the full path), and the key,
+        # a plain path, has no %00: the query must not either
+        if public is not None and (request.match_info.handler is not public.handler or "\x00" in request.query_string):
+            public = None
+        if public is not None:
+            method = request.method
+            if method not in public.methods and request.raw_path == path:
+                public.methods.add(method)  # the router sends this exact target here: the front path may answer it
             host = request.host
             if host_cache.cached(host) is not _MISS:  # on a miss the full path resolves the Host first
                 try:
-                    response = fast(request, host)
+                    response = public.answer(request, host)
                 except Exception:  # a fault in the fast path: the full path answers (a decline, logged)
                     access_log.exception("fast_path_failed", path=path, request_id=rid)  # type: ignore[attr-defined]
                     response = None
-                fast = None  # declined or failed: not asked again below
                 if response is not None:
-                    headers = response.headers
-                    headers[_REQUEST_ID] = rid
-                    headers[_SERVER] = SERVER
-                    if log_on:
-                        token = REQUEST_ID_VAR.set(rid)
-                        try:
-                            _access(access_log, request, path, response.status, start)
-                        finally:
-                            REQUEST_ID_VAR.reset(token)
-                    return response
+                    return _fast_answered(response, request, path, rid, start, access_log if log_on else None)
+                public = None  # declined or failed: not asked again below
         request[REQ_REQUEST_ID] = rid
         # one ContextVar read by the logging processor (logs.add_request_id): cheaper than structlog's
         # bind_contextvars/reset_contextvars pair on every request, and the same request_id on every line
@@ -242,9 +274,9 @@ def foundation_middleware(state: Foundation) -> Middleware:
                         company = await host_cache.resolve(request.app[DATABASE].pool, host)
                     request[REQ_COMPANY] = company  # type: ignore[assignment]
                 response = None
-                if fast is not None:  # a Host the host cache had to resolve first
+                if public is not None:  # a Host the host cache had to resolve first
                     try:
-                        response = fast(request, request.host)
+                        response = public.answer(request, request.host)
                     except Exception:  # as above: the handler answers
                         access_log.exception("fast_path_failed", path=path)  # type: ignore[attr-defined]
                 if response is None:
@@ -266,7 +298,73 @@ def foundation_middleware(state: Foundation) -> Middleware:
                 _access(access_log, request, path, status, start)
             REQUEST_ID_VAR.reset(token)
 
+    state.middleware = foundation
     return foundation
+
+
+def _fast_answered(
+    response: web.StreamResponse, request: web.BaseRequest, path: str, rid: str, start: float, log: object | None
+) -> web.StreamResponse:
+    """A fast answer leaves with ``Request-Id`` and ``Server``, and its access-log line when ``log``
+    (the access logger, None when info lines are off) is given: the same from this layer and the front."""
+    headers = response.headers
+    headers[_REQUEST_ID] = rid
+    headers[_SERVER] = SERVER
+    if log is not None:
+        token = REQUEST_ID_VAR.set(rid)
+        try:
+            _access(log, request, path, response.status, start)
+        finally:
+            REQUEST_ID_VAR.reset(token)
+    return response
+
+
+async def _ready(response: web.StreamResponse) -> web.StreamResponse:
+    return response
+
+
+def front_handler(state: Foundation, handle: RawHandler) -> RawHandler:
+    """The front path (module doc): a ``web.Server`` request handler that answers ``state.fast_paths``
+    entries before aiohttp's router and middleware chain, and hands every other request to ``handle``
+    (the application's own handler, ``Application._handle``) as it came.
+
+    Args:
+        state: the foundation state of the app that ``handle`` serves (its first middleware must be
+            ``state.middleware``, so that this answers exactly what that layer would).
+        handle: the server's request handler before this one.
+    Returns: ``(request) -> awaitable response``; a plain function, so a request it does not answer
+        costs one call and no extra coroutine.
+    """
+    host_cache = state.host_cache
+    access_log = state.access_log
+    log_on = state.log_on
+    wrappers = state.wrappers
+    fast_paths = state.fast_paths
+    ids = _IDS
+
+    def front(request: web.BaseRequest) -> Awaitable[web.StreamResponse]:
+        path = request.raw_path  # the request target as received: equal to a key only without query or escapes
+        public = fast_paths.get(path)
+        if public is None or request.method not in public.methods:
+            return handle(request)
+        headers = request.headers
+        if _EXPECT in headers or path in wrappers:  # aiohttp answers Expect before routing; a wrapper runs around
+            return handle(request)
+        host = request.host
+        if host_cache.cached(host) is _MISS:
+            return handle(request)
+        start = time.perf_counter() if log_on else 0.0
+        try:
+            response = public.answer(request, host)  # type: ignore[arg-type]
+        except Exception:  # the foundation layer asks again, and logs the fault with the request id
+            response = None
+        if response is None:
+            return handle(request)
+        incoming = headers.get(_REQUEST_ID)
+        rid = incoming if incoming and _SAFE_ID.match(incoming) else (ids.pop() if ids else _refill_ids())
+        return _ready(_fast_answered(response, request, path, rid, start, access_log if log_on else None))
+
+    return front
 
 
 def _access(access_log: object, request: web.Request, path: str, status: int, start: float) -> None:

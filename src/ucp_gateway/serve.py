@@ -3,6 +3,11 @@
 Shutdown order (aiohttp web_advanced "Graceful shutdown"): stop accepting, let in-flight requests
 finish (up to ``shutdown_timeout`` seconds), run cleanup contexts in reverse (workers, pool), and stop
 the embedded PostgreSQL last, so no postgres process outlives the gateway.
+
+Front path: :func:`install_front` puts the foundation's front handler
+(:func:`ucp_gateway.middleware.front_handler`) before aiohttp's router and middleware chain, so a
+fresh cached public document (``/.well-known/ucp``) is answered without them; every other request
+reaches the application exactly as before.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from aiohttp import web
 from .app import create_app
 from .config import Settings
 from .errors import ConfigError
+from .middleware import FOUNDATION, front_handler
 
-__all__ = ["bind_socket", "demo_seed_hook", "loop_factory", "run", "run_server"]
+__all__ = ["bind_socket", "demo_seed_hook", "install_front", "loop_factory", "run", "run_server"]
 
 _log = structlog.get_logger("ucp_gateway.serve")
 
@@ -96,6 +102,40 @@ def demo_seed_hook(settings: Settings) -> Callable[[web.Application], Awaitable[
     return seed
 
 
+_ROUTED_BY_PATH = (web.PlainResource, web.DynamicResource, web.StaticResource)
+
+
+def install_front(runner: web.AppRunner) -> bool:
+    """Put :func:`~ucp_gateway.middleware.front_handler` in front of the app's own request handler.
+
+    Call it after ``runner.setup()`` and before any site starts: aiohttp's ``web.Server`` keeps the
+    handler in its public ``request_handler`` attribute, and each connection's ``RequestHandler``
+    copies it when the connection is made (aiohttp 3.14 ``web_protocol``; tests/test_serve.py fails
+    if a release stops doing so). Nothing else of aiohttp is changed.
+
+    Returns True when installed; False, changing nothing (the foundation layer's fast path still
+    answers), when the front could not answer exactly what the app would: the runner has no server,
+    the server's handler is not the app's own, the app has no foundation state or its first
+    middleware is not the foundation layer (an outer middleware would be skipped), it has
+    ``on_response_prepare`` receivers (the front's answers have no route, so they would not run), or a
+    resource that is not resolved by method and path alone (sub-apps, domains, custom resources:
+    what the foundation learnt for one request would not hold for the next).
+    """
+    app, server = runner.app, runner.server
+    if server is None or not isinstance(app, web.Application) or FOUNDATION not in app:
+        return False
+    state = app[FOUNDATION]
+    handle = server.request_handler
+    if getattr(handle, "__self__", None) is not app or state.middleware is None:
+        return False
+    if not app.middlewares or app.middlewares[0] is not state.middleware or app.on_response_prepare:
+        return False
+    if any(type(resource) not in _ROUTED_BY_PATH for resource in app.router.resources()):
+        return False
+    server.request_handler = front_handler(state, handle)
+    return True
+
+
 async def run_server(
     settings: Settings,
     *,
@@ -103,6 +143,7 @@ async def run_server(
     stop: asyncio.Event | None = None,
     reuse_port: bool = False,
     sock: socket.socket | None = None,
+    front: bool = True,
 ) -> None:
     """Serve ``create_app(settings)`` until a signal (or ``stop``) arrives.
 
@@ -130,6 +171,8 @@ async def run_server(
         await runner.setup()  # opens the database (cleanup_ctx) and starts workers
         if before_serve is not None:
             await before_serve(app)  # type: ignore[misc]
+        if front and not install_front(runner):
+            _log.warning("front_path_off", reason="the app cannot be fronted; the foundation layer answers")
         site = web.SockSite(runner, sock)
         await site.start()
         host, port = sock.getsockname()[:2]

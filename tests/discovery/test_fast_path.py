@@ -11,7 +11,7 @@ from yarl import URL
 from ucp_gateway.app import create_app
 from ucp_gateway.clock import FrozenClock
 from ucp_gateway.logs import configure_logging
-from ucp_gateway.middleware import FOUNDATION, HOST_CACHE, PUBLIC_FAST_PATHS
+from ucp_gateway.middleware import FOUNDATION, HOST_CACHE, PUBLIC_FAST_PATHS, PublicPath
 from ucp_gateway.tenancy import create_company
 
 PATH = "/.well-known/ucp"
@@ -22,14 +22,14 @@ async def _counting_client(aiohttp_client, app):
     """A test client of ``app`` whose fast path is counted: ``client.answered`` lists the status of
     each answer it gave (0 when it declined)."""
     answered: list[int] = []
-    fast_path = app[PUBLIC_FAST_PATHS][PATH]  # discovery.web.public_fast_path(...)
+    public = app[PUBLIC_FAST_PATHS][PATH]  # PublicPath(well_known_ucp, discovery.web.public_fast_path(...))
 
     def counting(request, host):
-        resp = fast_path(request, host)
+        resp = public.answer(request, host)
         answered.append(0 if resp is None else resp.status)
         return resp
 
-    app[PUBLIC_FAST_PATHS][PATH] = counting
+    app[PUBLIC_FAST_PATHS][PATH] = PublicPath(public.handler, counting)
     client = await aiohttp_client(app)
     client.answered = answered
     return client
@@ -139,10 +139,10 @@ async def test_every_answer_carries_the_same_headers_both_ways(gw) -> None:
         ("GET", PATH, {"If-None-Match": etag}, 304, [304]),
         ("GET", PATH, {"If-None-Match": "*"}, 304, [304]),
         ("HEAD", PATH, {"If-None-Match": '"other"'}, 200, [200]),
-        ("POST", PATH, {}, 405, [0]),  # the router did not match well_known_ucp: declined
-        ("DELETE", PATH, {}, 405, [0]),
+        ("POST", PATH, {}, 405, []),  # the router did not match well_known_ucp: not asked
+        ("DELETE", PATH, {}, 405, []),
         ("GET", PATH + "?x=%00", {}, 400, []),  # refused before the fast path is asked
-        ("GET", URL("/.well-known%2Fucp", encoded=True), {}, 404, [0]),  # path decodes to PATH, route does not
+        ("GET", URL("/.well-known%2Fucp", encoded=True), {}, 404, []),  # path decodes to PATH, route does not
     ):
         (status, headers, body), used = await _same_both_ways(gw, method, {"Host": "shop.test", **extra}, path=path)
         assert (status, used) == (want, asked), (method, path, extra)
@@ -172,7 +172,8 @@ async def test_a_failing_fast_path_is_a_decline(gw) -> None:
         raise RuntimeError("bug")
 
     app = gw.server.app
-    saved, app[PUBLIC_FAST_PATHS][PATH] = app[PUBLIC_FAST_PATHS][PATH], broken
+    saved = app[PUBLIC_FAST_PATHS][PATH]
+    app[PUBLIC_FAST_PATHS][PATH] = PublicPath(saved.handler, broken)
     try:
         for clear in (False, True):  # quick branch (host cached) and full branch (host resolved first)
             if clear:

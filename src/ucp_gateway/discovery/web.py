@@ -5,7 +5,9 @@ Hosting rules (UCP overview "Profile Requirements -> Hosting"): never a redirect
 rendered profile is kept per Host for ``profile_render_ttl`` seconds with its ETag and response
 headers, so the hot path is a dict lookup and one Response. Behind ``create_app`` a fresh profile is
 answered from the foundation layer (``app[PUBLIC_FAST_PATHS]``, :func:`public_fast_path`) without the
-trust and signature middlewares, for requests those middlewares would not act on.
+trust and signature middlewares, for requests those middlewares would not act on; when served by
+``serve.run_server`` the same answer is given by the front path, before aiohttp's router
+(``ucp_gateway.middleware.front_handler``).
 
 Wiring: ``setup`` sets ``app[KEY_RESOLVER]`` (httpsig) to the profile fetcher and takes the company's
 keys from ``ucp_gateway.keys.published_jwks``. Other parts plug in with one line before start:
@@ -36,7 +38,7 @@ from ..config import Settings
 from ..errors import ConfigError, GatewayError
 from ..httpsig.web import KEY_RESOLVER
 from ..keys import published_jwks
-from ..middleware import PUBLIC_FAST_PATHS
+from ..middleware import PUBLIC_FAST_PATHS, PublicPath
 from ..tenancy import Company, list_companies, list_subagents, normalize_host, public_origin, resolve_host
 from .builder import (
     CompanyLink,
@@ -279,13 +281,15 @@ async def well_known_ucp(request: web.Request) -> web.Response:
 
 
 def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.Request, str], web.Response | None]:
-    """The ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]`` entry: ``(request, host) -> response | None``.
+    """The answer of the ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]`` entry (``PublicPath(well_known_ucp,
+    public_fast_path(...))``): ``(request, host) -> response | None``.
 
-    It answers the fresh cached profile from the foundation layer (after request id and tenancy,
-    before the trust and signature middlewares), or returns None for the full path. Fail closed: it
-    answers only when the full path would give the same bytes:
+    The foundation layer asks it only for requests the router sent to :func:`well_known_ucp` (GET or
+    HEAD of this path; 404/405 take the full path), after request id and tenancy and before the trust
+    and signature middlewares; the front path asks it for the same requests before routing (it reads
+    neither ``request.match_info`` nor ``request.app``). It answers the fresh cached profile, or returns
+    None for the full path. Fail closed: it answers only when the full path would give the same bytes:
 
-    - the router matched :func:`well_known_ucp` (GET or HEAD of this path; 404/405 take the full path);
     - no request body (the signature middleware reads one: 413 too large, 408 too slow);
     - no ``Signature``, ``Signature-Input`` or ``Accept-Signature`` header (signature material goes
       the full path even where the path is exempt, so a policy change cannot be skipped here);
@@ -306,7 +310,7 @@ def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.R
     seen: list[Any] = [None, False]  # (httpsig_exempt_prefixes last read, whether it exempts the path)
 
     def fast_path(request: web.Request, host: str) -> web.Response | None:
-        if request.body_exists or request.match_info.handler is not well_known_ucp:
+        if request.body_exists:
             return None
         headers = request.headers
         if _SIGNATURE in headers or _SIGNATURE_INPUT in headers or _ACCEPT_SIGNATURE in headers:
@@ -384,7 +388,7 @@ def setup(app: web.Application) -> None:
     base = urlsplit(vendor.base_url).path.rstrip("/")
     app.router.add_get("/.well-known/ucp", well_known_ucp)
     if PUBLIC_FAST_PATHS in app:  # behind create_app's foundation middleware
-        app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = public_fast_path(rendered, settings)
+        app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = PublicPath(well_known_ucp, public_fast_path(rendered, settings))
     app.router.add_get("/ucp/agent-graph", agent_graph)
     app.router.add_get(base + "/specification/{name}", _document_handler("spec"))
     app.router.add_get(base + "/schemas/{name}.json", _document_handler("schema"))
