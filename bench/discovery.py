@@ -3,8 +3,13 @@ aiohttp handler that returns the same bytes, in one run (issue 4 target: gateway
 
 Each server runs in its own process (one core); the load generator is a minimal keep-alive HTTP/1.1
 client on raw asyncio streams in this process (the other core), so both servers are measured with
-the same, cheap client. The gateway is the real ``create_app`` (request-id, error and tenancy
-middlewares, host cache, discovery routes) on a real PostgreSQL (``DATABASE_URL`` or embedded).
+the same, cheap client. The gateway is served the way production serves it: ``serve.run`` +
+``serve.run_server`` (what ``ucp-gateway serve`` runs in its one process, or in each worker), so the
+real ``create_app`` (foundation layer, subsystem middlewares, host cache, discovery routes) behind the
+front path (``serve.install_front``), on a real PostgreSQL (``DATABASE_URL`` or embedded);
+``--no-front`` serves it without the front path (every request through aiohttp's router and
+middleware chain). Every server runs on the same event loop, ``--event-loop`` (default ``auto``:
+production's choice, uvloop when installed; ``serve.loop_factory``).
 
 Figures: for each server the median over rounds of wall req/s and of requests per server CPU-second
 (user + system seconds of the server process, /proc), and the median of the per-round ratios to the
@@ -12,6 +17,7 @@ bare server measured right before or after it (so slow drifts of background load
 under ``flock /tmp/bench.lock`` on shared machines and repeat it before believing one figure.
 
 Usage: python bench/discovery.py [--seconds 5] [--connections 32] [--rounds 5] [--log-level warning]
+    [--event-loop auto|uvloop|asyncio] [--no-front]
 """
 
 from __future__ import annotations
@@ -42,29 +48,48 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _settings(data_dir: str, log_level: str):
+def _settings(data_dir: str, log_level: str, event_loop: str = "auto"):
     import secrets
 
     from ucp_gateway.config import Settings
 
     # production path, so production's required secret is given (a fresh one per run)
     return Settings(
-        data_dir=Path(data_dir), log_level=log_level, environment="production", verbs_nonce_secret=secrets.token_hex(32)
+        data_dir=Path(data_dir),
+        log_level=log_level,
+        environment="production",
+        verbs_nonce_secret=secrets.token_hex(32),
+        event_loop=event_loop,
     )
 
 
-def _run_gateway(port: int, data_dir: str, log_level: str) -> None:
+def _run_gateway(port: int, data_dir: str, log_level: str, event_loop: str, front: bool) -> None:
+    """The gateway as ``ucp-gateway serve`` runs it: ``serve.run(settings, serve.run_server(...))``."""
+    from ucp_gateway.logs import configure_logging
+    from ucp_gateway.serve import bind_socket, run, run_server
+
+    settings = _settings(data_dir, log_level, event_loop)
+    configure_logging(settings)
+    run(settings, run_server(settings, sock=bind_socket("127.0.0.1", port), front=front))
+
+
+def _serve_app(app, port: int, event_loop: str) -> None:
+    """Serve a plain aiohttp app on the gateway's event loop (``serve.run``) until terminated."""
     from aiohttp import web
 
-    from ucp_gateway.app import create_app
-    from ucp_gateway.logs import configure_logging
+    from ucp_gateway.config import Settings
+    from ucp_gateway.serve import run
 
-    settings = _settings(data_dir, log_level)
-    configure_logging(settings)
-    web.run_app(create_app(settings), host="127.0.0.1", port=port, print=None, access_log=None)
+    async def serve() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await asyncio.Event().wait()
+
+    run(Settings(database_url="postgresql://unused/x", event_loop=event_loop), serve())
 
 
-def _run_discovery_only(port: int, data_dir: str, log_level: str) -> None:
+def _run_discovery_only(port: int, data_dir: str, log_level: str, event_loop: str) -> None:
     """The discovery component alone (its ``setup``), without the foundation middlewares."""
     from aiohttp import web
 
@@ -73,7 +98,7 @@ def _run_discovery_only(port: int, data_dir: str, log_level: str) -> None:
     from ucp_gateway.db.database import connect_database
     from ucp_gateway.discovery.web import setup
 
-    settings = _settings(data_dir, log_level)
+    settings = _settings(data_dir, log_level, event_loop)
 
     async def db_ctx(app: web.Application):
         app[DATABASE] = await connect_database(settings)
@@ -85,10 +110,10 @@ def _run_discovery_only(port: int, data_dir: str, log_level: str) -> None:
     app[CLOCK] = SystemClock()
     app.cleanup_ctx.append(db_ctx)
     setup(app)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    _serve_app(app, port, event_loop)
 
 
-def _run_bare(port: int, body: bytes, etag: str) -> None:
+def _run_bare(port: int, body: bytes, etag: str, event_loop: str) -> None:
     from aiohttp import web
 
     async def handler(request: web.Request) -> web.Response:
@@ -98,7 +123,7 @@ def _run_bare(port: int, body: bytes, etag: str) -> None:
 
     app = web.Application()
     app.router.add_get("/.well-known/ucp", handler)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    _serve_app(app, port, event_loop)
 
 
 async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> tuple[int, bytes]:
@@ -179,20 +204,26 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    ap.add_argument("--event-loop", default="auto", choices=["auto", "uvloop", "asyncio"], help="for every server")
+    ap.add_argument("--no-front", action="store_true", help="serve the gateway without the front path")
     args = ap.parse_args()
     data_dir = tempfile.mkdtemp(prefix="ucpgw-discbench-", dir="/tmp")
     os.chmod(data_dir, 0o755)  # the embedded server may run as another user
     asyncio.run(_seed(data_dir, args.log_level))
     ctx = mp.get_context("spawn")
     gw_port, bare_port, only_port = _free_port(), _free_port(), _free_port()
-    gateway = ctx.Process(target=_run_gateway, args=(gw_port, data_dir, args.log_level), daemon=True)
+    gateway = ctx.Process(
+        target=_run_gateway, args=(gw_port, data_dir, args.log_level, args.event_loop, not args.no_front), daemon=True
+    )
     gateway.start()
     try:
         asyncio.run(_wait_up(gw_port))
         body, etag = asyncio.run(_fetch(gw_port))
-        bare = ctx.Process(target=_run_bare, args=(bare_port, body, etag), daemon=True)
+        bare = ctx.Process(target=_run_bare, args=(bare_port, body, etag, args.event_loop), daemon=True)
         bare.start()
-        only = ctx.Process(target=_run_discovery_only, args=(only_port, data_dir, args.log_level), daemon=True)
+        only = ctx.Process(
+            target=_run_discovery_only, args=(only_port, data_dir, args.log_level, args.event_loop), daemon=True
+        )
         only.start()
         try:
             asyncio.run(_wait_up(bare_port))
@@ -226,8 +257,17 @@ def main() -> None:
     runs = {k: ", ".join(f"{x:.0f}" for x in v) for k, v in results.items()}
     print(f"profile size: {len(body)} bytes (company with 8 sub-agents), ETag {etag}")
     print(f"{args.connections} keep-alive connections, {args.seconds:.0f} s per run, {args.rounds} interleaved rounds")
+    from ucp_gateway.config import Settings
+    from ucp_gateway.serve import loop_factory
+
+    factory = loop_factory(Settings(database_url="postgresql://unused/x", event_loop=args.event_loop))
+    loop_name = "asyncio" if factory is None else factory.__module__.split(".")[0]
     print(f"gateway log level {args.log_level} (info writes one access-log line per request)")
-    print(f"gateway (create_app)      : median {med['gateway']:8.0f} req/s  ({runs['gateway']})")
+    print(
+        f"every server on the {loop_name} event loop (--event-loop {args.event_loop}); gateway served by"
+        f" serve.run_server, front path {'off' if args.no_front else 'on'}"
+    )
+    print(f"gateway (run_server)      : median {med['gateway']:8.0f} req/s  ({runs['gateway']})")
     print(f"discovery component alone : median {med['component']:8.0f} req/s  ({runs['component']})")
     print(f"bare handler, same bytes  : median {med['bare']:8.0f} req/s  ({runs['bare']})")
     print(f"gateway 304 If-None-Match : {gw304:8.0f} req/s")

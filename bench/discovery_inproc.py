@@ -36,6 +36,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from ucp_gateway.serve import install_front
+
 sys.path.insert(0, str(Path(__file__).parent))
 import discovery as bench  # the servers and seeding of bench/discovery.py
 
@@ -76,9 +78,11 @@ class _Transport(asyncio.Transport):
         return 0
 
 
-async def _serve(app: web.Application):
+async def _serve(app: web.Application, front: bool = False):
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
+    if front:  # as serve.run_server does
+        assert install_front(runner), "the front path could not be installed"
     protocol = runner.server()
     transport = _Transport()
     protocol.connection_made(transport)
@@ -104,7 +108,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["gateway", "component", "bare", "bare+mw"])
+    ap.add_argument("--only", choices=["gateway", "gateway-mw", "component", "bare", "bare+mw"])
     ap.add_argument("--callgrind", action="store_true", help="switch callgrind instrumentation around the run")
     args = ap.parse_args()
     from ucp_gateway.app import create_app
@@ -119,8 +123,11 @@ async def main() -> None:
     configure_logging(settings)
     await bench._seed(data_dir, "warning")
     request = f"GET /.well-known/ucp HTTP/1.1\r\nHost: {bench.HOST}\r\n\r\n".encode()
-    servers = {"gateway": await _serve(create_app(settings))}
+    servers = {"gateway": await _serve(create_app(settings), front=True)}
     first = await _drive(servers["gateway"], request, 1)
+    # the same gateway without the front path (the foundation layer answers), on the same database
+    servers["gateway-mw"] = await _serve(create_app(settings, database=servers["gateway"][0].app[DATABASE]))
+    await _drive(servers["gateway-mw"], request, 1)
     component = web.Application()
     component[SETTINGS], component[CLOCK] = settings, SystemClock()
     component[DATABASE] = servers["gateway"][0].app[DATABASE]
