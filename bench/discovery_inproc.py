@@ -1,9 +1,12 @@
-"""Instructions (or CPU) per ``GET /.well-known/ucp`` for gateway, component, bare and bare + one no-op
-middleware, in one process over a fake transport: no sockets, no client, so a count under callgrind is
-deterministic (about 0.5 % between runs) where wall-clock figures on a shared machine swing by 30 %.
+"""Instructions (or CPU) per ``GET /.well-known/ucp`` for gateway, gateway without the front path,
+component, bare and bare + one no-op middleware, in one process over a fake transport: no sockets, no
+client, so a count under callgrind is deterministic (about 0.5 % between runs) where wall-clock figures
+on a shared machine swing by 30 %.
 
-Each server is the same as in ``bench/discovery.py`` (real ``create_app`` on a real PostgreSQL); a request
-is fed to aiohttp's protocol with ``data_received`` and counts as done when the response is written.
+Each server is the same as in ``bench/discovery.py`` (real ``create_app`` on a real PostgreSQL); the
+gateway has the front path installed as ``serve.run_server`` installs it (``serve.install_front`` on
+its runner), ``gateway-mw`` is the same app without it. A request is fed to aiohttp's protocol with
+``data_received`` and counts as done when the response is written (asyncio's event loop).
 
 CPU per request (thread time, min over rounds; noisy on a busy machine)::
 
@@ -17,9 +20,10 @@ requests; one server per run, about a minute each)::
     # the script switches instrumentation on/off itself (callgrind_control); read "totals:" in
     # /tmp/cg.out and divide by --requests
 
-Figures (branch perf-disc2, instructions per request): bare 205k, bare + no-op middleware 219k,
-component 232k, gateway 269k before -> 245k after (the count includes about 1 % of callgrind_control
-overhead; compare runs made the same way).
+Figures (instructions per request; the count includes about 1 % of callgrind_control overhead,
+compare runs made the same way): branch perf-disc2: bare 205k, bare + no-op middleware 219k,
+component 232k, gateway 269k before -> 245k after. Branch perf-disc3 (front path): main before
+gateway 254k, bare 206k; after gateway 217k (front path), gateway-mw 248k, bare 208k.
 """
 
 from __future__ import annotations

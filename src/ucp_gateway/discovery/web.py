@@ -281,8 +281,7 @@ async def well_known_ucp(request: web.Request) -> web.Response:
 
 
 def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.Request, str], web.Response | None]:
-    """The answer of the ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]`` entry (``PublicPath(well_known_ucp,
-    public_fast_path(...))``): ``(request, host) -> response | None``.
+    """The answer of ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]``: ``(request, host) -> response | None``.
 
     The foundation layer asks it only for requests the router sent to :func:`well_known_ucp` (GET or
     HEAD of this path; 404/405 take the full path), after request id and tenancy and before the trust
