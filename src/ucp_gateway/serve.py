@@ -110,8 +110,8 @@ def install_front(runner: web.AppRunner) -> bool:
 
     Call it after ``runner.setup()`` and before any site starts: aiohttp's ``web.Server`` keeps the
     handler in its public ``request_handler`` attribute, and each connection's ``RequestHandler``
-    copies it when the connection is made (aiohttp 3.14 ``web_protocol``; tests/test_serve.py fails
-    if a release stops doing so). Nothing else of aiohttp is changed.
+    copies it when the connection is made (aiohttp 3.14 ``web_protocol``;
+    tests/discovery/test_front_path.py fails if a release stops doing so). Nothing else is changed.
 
     Returns True when installed; False, changing nothing (the foundation layer's fast path still
     answers), when the front could not answer exactly what the app would: the runner has no server,
