@@ -191,3 +191,43 @@ def test_db_dumps_leaves_the_rest_to_the_json_module():
     assert json.loads(db_dumps({1: "x", "big": 2**80})) == {"1": "x", "big": 2**80}
     with pytest.raises(TypeError):
         db_dumps({"at": datetime.datetime(2026, 1, 1)})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": [1, 2.5, "x"]}',
+        '{"a": 1}',
+        "\ufeff{}",
+        b"\xef\xbb\xbf{}",
+        '{"a": 1}'.encode("utf-16"),
+        '{"a": "\u00e9"}'.encode("utf-32-le"),
+        b'{"a": NaN}',
+        b'{"a": Infinity}',
+        b'{"a": 1e400}',
+        b'{"a": 1',
+        b"\xff\xfe\x00",
+        bytearray(b'{"b": true}'),
+    ],
+)
+def test_loads_strict_decodes_as_json_loads(raw):
+    """The shared decoder gives json.loads' value, or refuses what json.loads refuses (or NaN)."""
+    import json
+
+    try:
+        want = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        want = InvalidJson
+    try:
+        got = loads_strict(raw)
+    except InvalidJson:
+        got = InvalidJson
+    if want is not InvalidJson and "NaN" not in str(raw) and "Infinity" not in str(raw):
+        assert got == want
+    else:
+        assert got is InvalidJson
+
+
+def test_loads_strict_refuses_other_types_as_json_loads():
+    with pytest.raises(TypeError):
+        loads_strict(memoryview(b"{}"))  # type: ignore[arg-type]

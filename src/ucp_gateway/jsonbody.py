@@ -68,6 +68,21 @@ def _plain(raw: bytes | str, max_depth: int) -> bool:
     return True
 
 
+# one decoder for every body: json.loads(raw, parse_constant=...) builds a decoder per call
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _text(raw: bytes | str) -> str:
+    """The text ``json.loads`` would decode (its encoding detection; a str with a BOM refused)."""
+    if isinstance(raw, str):
+        if raw.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
+        return raw
+    if not isinstance(raw, (bytes, bytearray)):
+        raise TypeError(f"the JSON object must be str, bytes or bytearray, not {type(raw).__name__}")
+    return raw.decode(json.detect_encoding(raw), "surrogatepass")
+
+
 def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     """Decode a request body (RFC 8259) and check every string and key.
 
@@ -79,7 +94,7 @@ def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         ``max_depth``, or a string containing U+0000 or an unpaired surrogate.
     """
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
+        value = _DECODER.decode(_text(raw))
     except InvalidJson:
         raise
     except RecursionError:

@@ -31,7 +31,7 @@ from .consent import args_digest, canonical_json, clean_args
 from .context import VerbContext
 from .decide import Call, Decision, Inputs, cap_class_for, decide, gates
 from .errors import REASONS, VerbError
-from .policy import DEFAULT_DAILY_CAPS, Principal, RiskClass
+from .policy import DEFAULT_DAILY_CAPS, Consent, Principal, RiskClass, VerbPolicy
 from .reads import ReadBatcher, ReadJob, tenant_conn
 from .registry import Registry, Verb
 from .schemas import shape_validator
@@ -55,6 +55,14 @@ def _safe_digest(args: Any) -> str | None:
         return args_digest(args) if isinstance(args, Mapping) else None
     except (TypeError, ValueError):
         return None
+
+
+def _may_mint(policy: VerbPolicy) -> bool:
+    """Whether ``decide`` may issue a typed-phrase nonce for this verb (decide._consent: the
+    typed-phrase gate, or an argument-dependent class that may need a phrase)."""
+    if policy.escalate is not None or policy.phrase is not None:
+        return True
+    return policy.effective_consent() is Consent.TYPED_PHRASE
 
 
 class _Replay(Exception):
@@ -101,10 +109,11 @@ class Dispatcher:
             "secrets": self._secrets,
             "current_kid": self._kid,
             "now": now,
-            "fresh_nonce_id": secrets.token_hex(8),
+            # only a typed-phrase preflight mints a nonce (an empty id makes issue_nonce refuse)
+            "fresh_nonce_id": secrets.token_hex(8) if verb is not None and _may_mint(verb.policy) else "",
             "nonce_ttl": self.settings.verbs_nonce_ttl,
         }
-        if verb is None or not verb.is_write or not isinstance(call.args, Mapping):
+        if verb is None or not verb.is_write or not (type(call.args) is dict or isinstance(call.args, Mapping)):
             return Inputs(**base)
         cls = verb.policy.risk_class
         if verb.policy.escalate is not None:
@@ -358,7 +367,7 @@ class Dispatcher:
             e["approval"] = {k: v for k, v in decision.approval.items() if k != "phrase"} | {"approved_at": iso(now)}
         if isinstance(call.args, Mapping) and (verb is None or verb.policy.audit_args):
             try:
-                e["args"] = canonical_json(redact(dict(call.args)))[:4000]
+                e["args"] = canonical_json(redact(call.args))[:4000]
             except (TypeError, ValueError):
                 e["args"] = None
         return e
