@@ -50,6 +50,9 @@ _UNSTORABLE = (
 )
 
 
+_CLASS_NAME = {c: c.name for c in RiskClass}  # Enum.name is a descriptor call: once per class
+
+
 def _safe_digest(args: Any) -> str | None:
     try:
         return args_digest(args) if isinstance(args, Mapping) else None
@@ -358,14 +361,14 @@ class Dispatcher:
             "status": status,
             "principal": {"kind": principal.kind, "subject": principal.subject, "role": principal.role},
             "transport": principal.transport,
-            "risk_class": decision.risk_class.name if decision.risk_class is not None else None,
+            "risk_class": _CLASS_NAME[decision.risk_class] if decision.risk_class is not None else None,
             "args_digest": decision.digest or _safe_digest(call.args),
         }
         if decision.reason:
             e["reason"] = decision.reason
         if decision.approval:
             e["approval"] = {k: v for k, v in decision.approval.items() if k != "phrase"} | {"approved_at": iso(now)}
-        if isinstance(call.args, Mapping) and (verb is None or verb.policy.audit_args):
+        if (type(call.args) is dict or isinstance(call.args, Mapping)) and (verb is None or verb.policy.audit_args):
             try:
                 e["args"] = canonical_json(redact(call.args))[:4000]
             except (TypeError, ValueError):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -77,14 +77,13 @@ class Verb:
     handler: Handler
     input_validator: Draft202012Validator
     fast_check: Callable[[Any], bool] | None = None  # True only when input_validator accepts (fastcheck.py)
+    # copies of record["name"] / record["shape"], read several times per dispatch
+    name: str = field(init=False, repr=False, compare=False)
+    shape: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        return str(self.record["name"])
-
-    @property
-    def shape(self) -> str:
-        return str(self.record["shape"])
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", str(self.record["name"]))
+        object.__setattr__(self, "shape", str(self.record["shape"]))
 
     @property
     def is_write(self) -> bool:
