@@ -80,14 +80,12 @@ class Verb:
     # copies of record["name"] / record["shape"], read several times per dispatch
     name: str = field(init=False, repr=False, compare=False)
     shape: str = field(init=False, repr=False, compare=False)
+    is_write: bool = field(init=False, repr=False, compare=False)  # not READ or BLOCKED
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", str(self.record["name"]))
         object.__setattr__(self, "shape", str(self.record["shape"]))
-
-    @property
-    def is_write(self) -> bool:
-        return self.policy.risk_class not in (RiskClass.READ, RiskClass.BLOCKED)
+        object.__setattr__(self, "is_write", self.policy.risk_class not in (RiskClass.READ, RiskClass.BLOCKED))
 
     def check_args(self, args: Mapping[str, Any]) -> list[ArgError]:
         """Validate ``args`` against ``input_schema`` (draft 2020-12). Returns problems, best first."""
