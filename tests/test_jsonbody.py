@@ -175,7 +175,14 @@ def test_db_codec_round_trips_the_json_modules_values(value):
 
 @pytest.mark.parametrize(
     "text",
-    ["18446744073709551616", '{"q": -9223372036854775809}', "[12345678901234567890123, 1]", "1e400", '"\\ud800"'],
+    [
+        "18446744073709551616",
+        '{"q": -9223372036854775809}',
+        "[12345678901234567890123, 1]",
+        '{"é": "\u0661", "n": 99999999999999999999}',
+        "1e400",
+        '"\\ud800"',
+    ],
 )
 def test_db_loads_leaves_what_orjson_reads_differently_to_the_json_module(text):
     from ucp_gateway.jsonbody import db_loads
@@ -191,3 +198,74 @@ def test_db_dumps_leaves_the_rest_to_the_json_module():
     assert json.loads(db_dumps({1: "x", "big": 2**80})) == {"1": "x", "big": 2**80}
     with pytest.raises(TypeError):
         db_dumps({"at": datetime.datetime(2026, 1, 1)})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": [1, 2.5, "x"]}',
+        '{"a": 1}',
+        "\ufeff{}",
+        b"\xef\xbb\xbf{}",
+        '{"a": 1}'.encode("utf-16"),
+        '{"a": "\u00e9"}'.encode("utf-32-le"),
+        b'{"a": NaN}',
+        b'{"a": Infinity}',
+        b'{"a": 1e400}',
+        b'{"a": 1',
+        b"\xff\xfe\x00",
+        bytearray(b'{"b": true}'),
+    ],
+)
+def test_loads_strict_decodes_as_json_loads(raw):
+    """The shared decoder gives json.loads' value, or refuses what json.loads refuses (or NaN)."""
+    import json
+
+    try:
+        want = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        want = InvalidJson
+    try:
+        got = loads_strict(raw)
+    except InvalidJson:
+        got = InvalidJson
+    if want is not InvalidJson and "NaN" not in str(raw) and "Infinity" not in str(raw):
+        assert got == want
+    else:
+        assert got is InvalidJson
+
+
+def test_loads_strict_refuses_other_types_as_json_loads():
+    with pytest.raises(TypeError):
+        loads_strict(memoryview(b"{}"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "long"),
+    [
+        ("1234567890123456789", True),
+        ("123456789012345678", False),
+        ('{"a": "x1234567890123456789y"}', True),
+        ('{"a": 123456789, "b": 1234567890}', False),
+        ("é" * 30 + "0" * 19, True),
+        ("\u0661" * 25, False),  # non-ASCII digits: no JSON number is made of them
+        ("", False),
+    ],
+)
+def test_long_digit_runs_found_as_by_an_ascii_regex(text, long):
+    import re
+
+    from ucp_gateway.jsonbody import _long_digits
+
+    assert _long_digits(text) is long
+    assert (re.search(r"[0-9]{19}", text) is not None) is long
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("0123456789a é\u0661\ud800"), max_size=60))
+def test_long_digits_agrees_with_the_regex(text):
+    import re
+
+    from ucp_gateway.jsonbody import _long_digits
+
+    assert _long_digits(text) == (re.search(r"[0-9]{19}", text) is not None)

@@ -22,8 +22,12 @@ __all__ = ["Priced", "ShopInfo", "price_checkout", "render_checkout", "rfc3339"]
 
 
 def rfc3339(dt: datetime) -> str:
-    """UTC RFC 3339 with ``Z`` and whole seconds."""
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """UTC RFC 3339 with ``Z`` and whole seconds: ``strftime("%Y-%m-%dT%H:%M:%SZ")`` of the UTC time,
+    written by ``isoformat`` (several per response; strftime parses its format every call)."""
+    u = dt.astimezone(UTC)
+    if u.year < 1000:  # strftime does not zero-pad %Y; keep its spelling
+        return u.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return u.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,10 @@ _PROFILE_TTL = 5.0
 async def _business_profile(app: web.Application, company: Company, origin: str) -> dict[str, Any]:
     from ..discovery.web import company_profile_document
 
-    cache = app[PROFILE_CACHE] if PROFILE_CACHE in app else None
+    try:  # one lookup: ``in`` on the app is a Mapping ABC walk plus a second lookup
+        cache = app[PROFILE_CACHE]
+    except KeyError:
+        cache = None
     if cache is None:
         return await company_profile_document(app, company, origin)
     key = (company.id, origin)

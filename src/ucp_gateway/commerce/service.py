@@ -69,6 +69,14 @@ class CommerceContext:
     # runs an operation's last write (verb runtime: with the audit row, one round trip); None = at once
     last_write: repo.LastWrite | None = None
 
+    def with_last_write(self, last_write: repo.LastWrite | None) -> CommerceContext:
+        """A copy with ``last_write`` set (what ``dataclasses.replace`` gives, without its per-call
+        field walk: the verb handler makes one per write request)."""
+        new = object.__new__(CommerceContext)
+        new.__dict__.update(self.__dict__)
+        new.__dict__["last_write"] = last_write
+        return new
+
 
 def _not_found(ctx: CommerceContext, what: str) -> Outcome:
     return Outcome(

@@ -17,7 +17,6 @@ the audit row (they hold the payment credential); only their digest is recorded.
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -83,7 +82,7 @@ def _handler(name: str, op: Op, read: bool):
     async def handler(ctx: VerbContext) -> dict[str, Any]:
         cctx = CURRENT.get()
         if not read:  # the operation's last write goes out with the audit row (one round trip)
-            cctx = dataclasses.replace(cctx, last_write=ctx.write_last)
+            cctx = cctx.with_last_write(ctx.write_last)
         args = dict(ctx.args)
         try:
             # no savepoint: operations raise 4xx only before their first write (service.py contract)

@@ -24,7 +24,7 @@ from uuid import UUID
 
 import asyncpg
 
-from .consent import canonical_json
+from .consent import canonical_bytes, canonical_json
 
 __all__ = [
     "GENESIS",
@@ -43,10 +43,27 @@ _SECRET_KEY = re.compile(r"token|secret|password|credential|card|pan|cvv|cvc|aut
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_SECRET_MEMO: dict[str, bool] = {}  # key text -> looks secret (keys repeat: one regex search per key)
+
+
+def _secret_key(k: Any) -> bool:
+    if type(k) is not str:
+        return _SECRET_KEY.search(str(k)) is not None
+    hit = _SECRET_MEMO.get(k)
+    if hit is None:
+        hit = _SECRET_KEY.search(k) is not None
+        if len(_SECRET_MEMO) < 4096:  # bounded: argument names are few
+            _SECRET_MEMO[k] = hit
+    return hit
+
+
 def redact(value: Any) -> Any:
     """Copy of ``value`` with secret-looking keys replaced by ``"[redacted]"`` (digest §8 G15)."""
+    if type(value) in _LEAVES:
+        return value
     if isinstance(value, Mapping):
-        return {k: ("[redacted]" if _SECRET_KEY.search(str(k)) else redact(v)) for k, v in value.items()}
+        return {k: "[redacted]" if _secret_key(k) else v if type(v) in _LEAVES else redact(v) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
@@ -124,7 +141,7 @@ class ChainReport:
 
 def _row_hash(prev: bytes, seq: int, audit_id: int, entry: Any) -> bytes:
     data = prev + seq.to_bytes(8, "big", signed=True) + audit_id.to_bytes(8, "big", signed=True)
-    return hashlib.sha256(data + canonical_json(entry).encode()).digest()
+    return hashlib.sha256(data + canonical_bytes(entry)).digest()
 
 
 def _row_problem(r: Mapping[str, Any], prev: bytes, expect_seq: int) -> str | None:

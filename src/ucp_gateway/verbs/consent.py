@@ -22,11 +22,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+try:  # the fast writer of canonical JSON for plain values; the json module stays the reference
+    import orjson
+except ImportError:  # pragma: no cover - a dependency
+    orjson = None
+
 __all__ = [
     "NONCE_SKEW_SECONDS",
     "NONCE_TTL_SECONDS",
     "NonceCheck",
     "args_digest",
+    "canonical_bytes",
     "canonical_json",
     "clean_args",
     "issue_nonce",
@@ -39,9 +45,80 @@ NONCE_SKEW_SECONDS = 5
 _NONCE = re.compile(r"^v1\.([0-9a-f]{8})\.(\d{1,12})\.([0-9a-f]{16})\.([A-Za-z0-9_-]{43})$")
 
 
-def canonical_json(value: Any) -> str:
-    """Deterministic JSON: sorted keys, no spaces, non-ASCII kept (UTF-8 when encoded)."""
+def _reference(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+_SCALARS = frozenset({str, int, bool, type(None)})
+_ORJSON_OPTS = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+    if orjson is not None
+    else 0
+)
+
+
+def _plain(value: Any) -> bool:
+    """True when ``value`` holds only exact str / int / bool / None / dict / list / tuple: the values
+    whose canonical JSON orjson writes byte for byte as the json module does (no float: the two
+    spell some floats differently; no UUID, enum or dataclass: only orjson writes those). False
+    too past ``budget`` containers (a cyclic value: the json module then reports it)."""
+    stack = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    budget = 10_000
+    while stack:
+        budget -= 1
+        if budget < 0:
+            return False
+        v = pop()
+        t = type(v)
+        if t in _SCALARS:
+            continue
+        if t is dict:
+            for x in v.values():
+                if type(x) not in _SCALARS:
+                    push(x)
+        elif t is list or t is tuple:
+            extend(v)
+        else:
+            return False
+    return True
+
+
+def _unsupported(value: Any) -> Any:
+    raise TypeError(type(value).__name__)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """UTF-8 bytes of :func:`canonical_json` (what digests and the audit chain hash).
+
+    orjson writes them for plain values (:func:`_plain`; non-str keys, ints beyond 64 bits and lone
+    surrogates make it refuse); everything else goes to the json module, whose results and errors
+    (TypeError, ValueError for NaN/Infinity, UnicodeEncodeError) are the reference.
+    """
+    if orjson is not None and _plain(value):
+        try:
+            return orjson.dumps(value, default=_unsupported, option=_ORJSON_OPTS)
+        except TypeError:  # JSONEncodeError: non-str key, big int, lone surrogate
+            pass
+    return _reference(value).encode()
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no spaces, non-ASCII kept (UTF-8 when encoded).
+
+    The text of ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    allow_nan=False)``, written by orjson for plain values (see :func:`canonical_bytes`).
+    Raises: TypeError (not JSON), ValueError (NaN, Infinity) as the json module does.
+    """
+    if orjson is not None and _plain(value):
+        try:
+            return orjson.dumps(value, default=_unsupported, option=_ORJSON_OPTS).decode()
+        except TypeError:
+            pass
+    return _reference(value)
 
 
 def clean_args(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,7 +128,7 @@ def clean_args(args: Mapping[str, Any]) -> dict[str, Any]:
 
 def args_digest(args: Mapping[str, Any]) -> str:
     """SHA-256 hex of the canonical JSON of the cleaned arguments."""
-    return hashlib.sha256(canonical_json(clean_args(args)).encode()).hexdigest()
+    return hashlib.sha256(canonical_bytes(clean_args(args))).hexdigest()
 
 
 def key_id(secret: bytes) -> str:
@@ -60,7 +137,7 @@ def key_id(secret: bytes) -> str:
 
 
 def _mac(secret: bytes, binding: Mapping[str, Any]) -> str:
-    raw = hmac.new(secret, canonical_json(binding).encode(), hashlib.sha256).digest()
+    raw = hmac.new(secret, canonical_bytes(binding), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 

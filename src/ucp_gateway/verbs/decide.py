@@ -14,12 +14,13 @@ receipt for the idempotency key), calls it, and then persists what it returns. C
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from .consent import args_digest, clean_args, issue_nonce, verify_nonce
+from .consent import canonical_bytes, clean_args, issue_nonce, verify_nonce
 from .errors import REASONS, VerbError
 from .policy import (
     CLASS_FLOOR,
@@ -179,7 +180,7 @@ def gates(
         return _deny("role_denied", f"{principal.kind} callers may not call {verb.name}.", cls=policy.risk_class)
     if principal.transport not in verb.record["surfaces"]:
         return _deny("surface_not_allowed", f"{verb.name} is not offered on {principal.transport}.")
-    if not isinstance(raw_args, Mapping):
+    if type(raw_args) is not dict and not isinstance(raw_args, Mapping):
         return _deny("invalid_arguments", "args must be an object", path="$")
     reserved = [k for k in RESERVED_ARGS if k in raw_args]
     if reserved:
@@ -194,7 +195,7 @@ def gates(
             hint=f"See input_schema: GET /api/v1/agent/verbs/{verb.name}",
         )
     try:
-        digest = args_digest(args)
+        digest = hashlib.sha256(canonical_bytes(args)).hexdigest()  # consent.args_digest of clean args
     except (TypeError, ValueError):  # NaN, Infinity or non-JSON values
         return _deny("invalid_arguments", "arguments must be plain JSON (no NaN or Infinity)", path="$")
     cls, phrase = policy.risk_class, None

@@ -31,8 +31,8 @@ from .consent import args_digest, canonical_json, clean_args
 from .context import VerbContext
 from .decide import Call, Decision, Inputs, cap_class_for, decide, gates
 from .errors import REASONS, VerbError
-from .policy import DEFAULT_DAILY_CAPS, Principal, RiskClass
-from .reads import ReadBatcher, ReadJob, tenant_conn
+from .policy import DEFAULT_DAILY_CAPS, Consent, Principal, RiskClass, VerbPolicy
+from .reads import ReadBatcher, ReadJob
 from .registry import Registry, Verb
 from .schemas import shape_validator
 from .secret import load_nonce_secrets
@@ -50,11 +50,22 @@ _UNSTORABLE = (
 )
 
 
+_CLASS_NAME = {c: c.name for c in RiskClass}  # Enum.name is a descriptor call: once per class
+
+
 def _safe_digest(args: Any) -> str | None:
     try:
         return args_digest(args) if isinstance(args, Mapping) else None
     except (TypeError, ValueError):
         return None
+
+
+def _may_mint(policy: VerbPolicy) -> bool:
+    """Whether ``decide`` may issue a typed-phrase nonce for this verb (decide._consent: the
+    typed-phrase gate, or an argument-dependent class that may need a phrase)."""
+    if policy.escalate is not None or policy.phrase is not None:
+        return True
+    return policy.effective_consent() is Consent.TYPED_PHRASE
 
 
 class _Replay(Exception):
@@ -101,10 +112,11 @@ class Dispatcher:
             "secrets": self._secrets,
             "current_kid": self._kid,
             "now": now,
-            "fresh_nonce_id": secrets.token_hex(8),
+            # only a typed-phrase preflight mints a nonce (an empty id makes issue_nonce refuse)
+            "fresh_nonce_id": secrets.token_hex(8) if verb is not None and _may_mint(verb.policy) else "",
             "nonce_ttl": self.settings.verbs_nonce_ttl,
         }
-        if verb is None or not verb.is_write or not isinstance(call.args, Mapping):
+        if verb is None or not verb.is_write or not (type(call.args) is dict or isinstance(call.args, Mapping)):
             return Inputs(**base)
         cls = verb.policy.risk_class
         if verb.policy.escalate is not None:
@@ -199,7 +211,7 @@ class Dispatcher:
 
     async def _execute(self, principal, company, call, verb: Verb, decision: Decision, key, now, t0) -> dict[str, Any]:
         args = clean_args(call.args)
-        async with tenant_conn(self.pool, company.id, durable=True) as conn:
+        async with tenant_tx(self.pool, company.id) as conn:  # = reads.tenant_conn(durable=True), one layer less
             if key is not None:
                 ttl = self.settings.verbs_idempotency_ttl
                 if not await store.claim_key(
@@ -349,16 +361,16 @@ class Dispatcher:
             "status": status,
             "principal": {"kind": principal.kind, "subject": principal.subject, "role": principal.role},
             "transport": principal.transport,
-            "risk_class": decision.risk_class.name if decision.risk_class is not None else None,
+            "risk_class": _CLASS_NAME[decision.risk_class] if decision.risk_class is not None else None,
             "args_digest": decision.digest or _safe_digest(call.args),
         }
         if decision.reason:
             e["reason"] = decision.reason
         if decision.approval:
             e["approval"] = {k: v for k, v in decision.approval.items() if k != "phrase"} | {"approved_at": iso(now)}
-        if isinstance(call.args, Mapping) and (verb is None or verb.policy.audit_args):
+        if (type(call.args) is dict or isinstance(call.args, Mapping)) and (verb is None or verb.policy.audit_args):
             try:
-                e["args"] = canonical_json(redact(dict(call.args)))[:4000]
+                e["args"] = canonical_json(redact(call.args))[:4000]
             except (TypeError, ValueError):
                 e["args"] = None
         return e

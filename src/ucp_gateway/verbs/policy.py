@@ -112,11 +112,13 @@ def role_at_least(role: str, floor: str) -> bool:
     return ROLES.index(role) >= ROLES.index(floor)
 
 
+_TIER_RANK = {t: i for i, t in enumerate(TIERS)}
+
+
 def tier_at_least(tier: str, floor: str) -> bool:
     """Subscription tier comparison (starter < growth < pro < enterprise); unknown tier fails."""
-    if tier not in TIERS or floor not in TIERS:
-        return False
-    return TIERS.index(tier) >= TIERS.index(floor)
+    have, need = _TIER_RANK.get(tier), _TIER_RANK.get(floor)
+    return have is not None and need is not None and have >= need
 
 
 # ISO 4217 minor-unit exponents that are not 2 (the rest use 2).

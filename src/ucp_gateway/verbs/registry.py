@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -77,18 +77,15 @@ class Verb:
     handler: Handler
     input_validator: Draft202012Validator
     fast_check: Callable[[Any], bool] | None = None  # True only when input_validator accepts (fastcheck.py)
+    # copies of record["name"] / record["shape"], read several times per dispatch
+    name: str = field(init=False, repr=False, compare=False)
+    shape: str = field(init=False, repr=False, compare=False)
+    is_write: bool = field(init=False, repr=False, compare=False)  # not READ or BLOCKED
 
-    @property
-    def name(self) -> str:
-        return str(self.record["name"])
-
-    @property
-    def shape(self) -> str:
-        return str(self.record["shape"])
-
-    @property
-    def is_write(self) -> bool:
-        return self.policy.risk_class not in (RiskClass.READ, RiskClass.BLOCKED)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", str(self.record["name"]))
+        object.__setattr__(self, "shape", str(self.record["shape"]))
+        object.__setattr__(self, "is_write", self.policy.risk_class not in (RiskClass.READ, RiskClass.BLOCKED))
 
     def check_args(self, args: Mapping[str, Any]) -> list[ArgError]:
         """Validate ``args`` against ``input_schema`` (draft 2020-12). Returns problems, best first."""

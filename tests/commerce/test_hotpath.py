@@ -1,0 +1,55 @@
+"""Per-request helpers rewritten for speed give what the straightforward code gives."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ucp_gateway.commerce.checkout import ShopInfo, rfc3339
+from ucp_gateway.commerce.service import CommerceContext
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 30)),
+    st.integers(min_value=-14 * 60, max_value=14 * 60),
+)
+def test_rfc3339_is_the_strftime_spelling(dt, offset_min):
+    aware = dt.replace(tzinfo=timezone(timedelta(minutes=offset_min)))
+    try:
+        want = aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except OverflowError:
+        with pytest.raises(OverflowError):
+            rfc3339(aware)
+        return
+    assert rfc3339(aware) == want
+
+
+def test_rfc3339_examples():
+    assert rfc3339(datetime(2026, 11, 30, 12, 1, 2, 999999, tzinfo=UTC)) == "2026-11-30T12:01:02Z"
+    assert rfc3339(datetime(2026, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=2)))) == "2025-12-31T23:00:00Z"
+
+
+def test_with_last_write_is_dataclasses_replace():
+    ctx = CommerceContext(
+        company_id=__import__("uuid").uuid4(),
+        caller="https://agent.example/p.json",
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        shop=ShopInfo(base_url="https://shop.example", ucp={"version": "2026-04-08"}),
+        order_ucp={},
+        handler_ids=frozenset({"h"}),
+        max_order_amount=500,
+    )
+
+    async def write(sql, *args):  # a stand-in LastWrite
+        return None
+
+    got = ctx.with_last_write(write)
+    assert got == dataclasses.replace(ctx, last_write=write)
+    assert got is not ctx and ctx.last_write is None and got.last_write is write
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.caller = "x"  # type: ignore[misc]
