@@ -74,7 +74,11 @@ _LOCK_PRICED = (
     "  CASE WHEN $2 THEN $4::text ELSE c.state->'buyer'->>'email' END AS email) AS k"
     " WHERE c.id = $1 FOR UPDATE OF c"
 )
-_LOCK_PRICED_STATE = _LOCK_PRICED.format(state="c.state")
+# complete: also the demo payment instruments (payments.demo_charge), saving it a round trip
+_LOCK_PRICED_STATE = _LOCK_PRICED.format(
+    state="c.state, (SELECT coalesce(json_agg(json_build_object('id', id, 'token', token, 'handler_id', handler_id)"
+    " ORDER BY id), '[]') FROM payment_instruments) AS instruments"
+)
 _LOCK_PRICED_NO_STATE = _LOCK_PRICED.format(state="NULL::jsonb AS state")
 
 
@@ -166,7 +170,8 @@ async def lock_checkout_priced(
     when the company's rates, promotions and codes are not cached at their current version).
 
     ``state``: the new writable state (update): its line items' products and buyer email are
-    read; None (complete): those of the stored state, and the row then carries ``state``.
+    read; None (complete): those of the stored state, and the row then carries ``state`` and
+    ``instruments`` (the company's demo payment instruments: ``[{id, token, handler_id}]`` by id).
     Returns ``(row with id, status, caller, expires_at, state; catalogue)`` or ``(None, None)``.
     """
     if state is None:
