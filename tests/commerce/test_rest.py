@@ -303,3 +303,13 @@ async def test_unstorable_input_is_400_never_503(client):
         body = await r.json()
         assert r.status == 400 and body["code"] == "invalid_request", (path, body)
         assert "Error" not in body["content"]
+
+
+async def test_get_returns_the_body_as_written(client):
+    """Migration 0044: the stored checkout is json (kept as written), so a GET answers exactly the
+    bytes the create answered, key order included."""
+    r = await client.post(url("/checkout-sessions"), json=payload(), headers=headers(key=new_key()))
+    created = await r.read()
+    co = json.loads(created)
+    r = await client.get(url(f"/checkout-sessions/{co['id']}"), headers=headers())
+    assert r.status == 200 and await r.read() == created

@@ -159,3 +159,24 @@ async def test_no_context_sees_no_rows_in_any_tenant_table(database, db_settings
     async with platform_scan_tx(database.pool, "webhook_queue") as conn:
         assert await conn.fetchval("SELECT count(*) FROM webhook_queue") == 1
         assert await conn.fetchval("SELECT count(*) FROM products") == 0  # the scan scope is one table
+
+
+async def test_hot_value_checks_hold_as_domains(database):
+    """Migration 0043: the checks moved from CHECK constraints to domains refuse the same values."""
+    owner = await asyncpg.connect(database.owner_dsn)
+    try:
+        for value, domain in (
+            ("16", "audit_lane"),
+            ("-1", "audit_lane"),
+            ("'maybe'", "audit_decision"),
+            ("'shipped'", "checkout_status"),
+            ("'refunded'", "payment_status"),
+            ("-1", "nonneg_minor_units"),
+            ("-1", "stock_quantity"),
+        ):
+            with pytest.raises(asyncpg.CheckViolationError):
+                await owner.fetchval(f"SELECT ({value})::{domain}")
+        assert await owner.fetchval("SELECT 15::audit_lane") == 15
+        assert await owner.fetchval("SELECT 'completed'::checkout_status") == "completed"
+    finally:
+        await owner.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -24,15 +25,29 @@ class ChargeResult:
     reason: str = ""
 
 
-async def demo_charge(conn: asyncpg.Connection, *, handler_id: str, token: str | None, amount: int) -> ChargeResult:
+async def demo_charge(
+    conn: asyncpg.Connection,
+    *,
+    handler_id: str,
+    token: str | None,
+    amount: int,
+    instruments: list[dict[str, Any]] | None = None,
+) -> ChargeResult:
     """Authorise ``amount`` (minor units) against a demo instrument token.
 
     A token matching a demo instrument of ``handler_id`` whose token is ``success_token`` is approved;
     ``fail_token`` or any unknown token is declined. Constant-time comparison of tokens.
+    ``instruments``: the company's instruments (``{id, token, handler_id}``, by id) when the caller
+    read them already in its transaction; None reads them here.
     """
     if not token:
         return ChargeResult(False, "demo:none", "no credential token")
-    rows = await conn.fetch("SELECT id, token FROM payment_instruments WHERE handler_id = $1 ORDER BY id", handler_id)
+    if instruments is None:
+        rows = await conn.fetch(
+            "SELECT id, token FROM payment_instruments WHERE handler_id = $1 ORDER BY id", handler_id
+        )
+    else:
+        rows = [r for r in instruments if r["handler_id"] == handler_id]
     match = None
     for r in rows:
         if hmac.compare_digest(r["token"].encode(), token.encode()) and match is None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -30,13 +32,25 @@ __all__ = [
 ]
 
 
-# What pricing needs, as one row of json columns: the products {ids} with stock, the rates,
-# promotions and codes, and the saved addresses of the buyer {email} when it is a known customer.
+# What pricing reads per request, as one row of json columns: the products {ids} with stock, the
+# saved addresses of the buyer {email} when it is a known customer, and the version of the rarely
+# changing parts (rates, promotions, codes; migration 0042), which come from _STATIC when cached.
 _CATALOG_COLUMNS = (
     " (SELECT coalesce(json_agg(json_build_object('id', p.id, 'title', p.title, 'price', p.price,"
     "   'currency', p.currency, 'image_url', p.image_url, 'stock', coalesce(i.quantity, 0))), '[]')"
     "   FROM products p LEFT JOIN inventory i ON i.company_id = p.company_id AND i.product_id = p.id"
     "   WHERE p.id = ANY({ids})) AS products,"
+    " (SELECT coalesce(json_agg(json_build_object('id', a.id, 'street_address', a.street_address,"
+    "   'city', a.city, 'state', a.state, 'postal_code', a.postal_code, 'country', a.country) ORDER BY a.id), '[]')"
+    "   FROM addresses a JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
+    "   WHERE {email} IS NOT NULL AND lower(c.email) = lower({email})) AS addresses,"
+    " (SELECT version FROM catalog_versions) AS catalog_version"
+)
+_LOAD_CATALOG = "SELECT" + _CATALOG_COLUMNS.format(ids="$1::text[]", email="$2::text")
+
+# The rarely changing parts with their version, in one snapshot (read when not cached).
+_STATIC = (
+    "SELECT (SELECT version FROM catalog_versions) AS catalog_version,"
     " (SELECT coalesce(json_agg(json_build_object('id', id, 'country_code', country_code,"
     "   'service_level', service_level, 'price', price, 'title', title, 'currency', currency) ORDER BY id), '[]')"
     "   FROM shipping_rates) AS rates,"
@@ -44,13 +58,8 @@ _CATALOG_COLUMNS = (
     "   'eligible_item_ids', eligible_item_ids, 'description', description) ORDER BY id), '[]')"
     "   FROM promotions) AS promos,"
     " (SELECT coalesce(json_agg(json_build_object('code', code, 'type', type, 'value', value,"
-    "   'description', description, 'currency', currency)), '[]') FROM discounts) AS codes,"
-    " (SELECT coalesce(json_agg(json_build_object('id', a.id, 'street_address', a.street_address,"
-    "   'city', a.city, 'state', a.state, 'postal_code', a.postal_code, 'country', a.country) ORDER BY a.id), '[]')"
-    "   FROM addresses a JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
-    "   WHERE {email} IS NOT NULL AND lower(c.email) = lower({email})) AS addresses"
+    "   'description', description, 'currency', currency)), '[]') FROM discounts) AS codes"
 )
-_LOAD_CATALOG = "SELECT" + _CATALOG_COLUMNS.format(ids="$1::text[]", email="$2::text")
 
 # The checkout row locked (FOR UPDATE: serialises its writers) and the catalogue for pricing it,
 # in one statement. The product ids and buyer email are the request's ($2 true: $3, $4) or those
@@ -65,23 +74,70 @@ _LOCK_PRICED = (
     "  CASE WHEN $2 THEN $4::text ELSE c.state->'buyer'->>'email' END AS email) AS k"
     " WHERE c.id = $1 FOR UPDATE OF c"
 )
-_LOCK_PRICED_STATE = _LOCK_PRICED.format(state="c.state")
+# complete: also the demo payment instruments (payments.demo_charge), saving it a round trip
+_LOCK_PRICED_STATE = _LOCK_PRICED.format(
+    state="c.state, (SELECT coalesce(json_agg(json_build_object('id', id, 'token', token, 'handler_id', handler_id)"
+    " ORDER BY id), '[]') FROM payment_instruments) AS instruments"
+)
 _LOCK_PRICED_NO_STATE = _LOCK_PRICED.format(state="NULL::jsonb AS state")
 
 
-def _catalog(row: asyncpg.Record, currency: str, pickup_locations: tuple[PickupLocation, ...]) -> Catalog:
-    prows, rates, promos, codes = row["products"], row["rates"], row["promos"], row["codes"]
-    addresses = tuple(Address(**r) for r in row["addresses"])
-    return Catalog(
-        currency=currency,
-        products={r["id"]: Product(**{**r, "currency": r["currency"].strip()}) for r in prows},
-        rates=tuple(ShippingRate(**r) for r in rates if r["currency"].strip() == currency),
+@dataclass(frozen=True, slots=True)
+class _Static:
+    """The rarely changing catalogue parts of one version: rates (all currencies), promotions, codes."""
+
+    rates: tuple[ShippingRate, ...]
+    promotions: tuple[Promotion, ...]
+    discounts: dict[str, DiscountRule]
+
+
+# version (a random uuid per state of one company's rates, promotions and codes: migration 0042)
+# -> its parsed parts. A version names one company's state, so the cache is shared by tenants
+# without mixing them, and by the replicas' own copies without coordination.
+_STATIC_CACHE: OrderedDict[uuid.UUID, _Static] = OrderedDict()
+_STATIC_CACHE_MAX = 256
+
+
+def _parse_static(row: asyncpg.Record) -> _Static:
+    return _Static(
+        rates=tuple(ShippingRate(**r) for r in row["rates"]),
         promotions=tuple(
             Promotion(r["id"], r["type"], r["min_subtotal"], tuple(r["eligible_item_ids"]), r["description"])
-            for r in promos
+            for r in row["promos"]
         ),
-        discounts={r["code"]: DiscountRule(**{**r, "currency": (r["currency"] or "").strip() or None}) for r in codes},
-        saved_addresses=addresses,
+        discounts={
+            r["code"]: DiscountRule(**{**r, "currency": (r["currency"] or "").strip() or None}) for r in row["codes"]
+        },
+    )
+
+
+async def _static(conn: asyncpg.Connection, version: uuid.UUID | None) -> _Static:
+    """The static parts of ``version`` (the version the caller's statement saw): cached, or read
+    now with the version they belong to (cached under it unless the company has none)."""
+    if version is not None:
+        got = _STATIC_CACHE.get(version)
+        if got is not None:
+            return got
+    row = await conn.fetchrow(_STATIC)
+    got = _parse_static(row)
+    if row["catalog_version"] is not None:
+        _STATIC_CACHE[row["catalog_version"]] = got
+        while len(_STATIC_CACHE) > _STATIC_CACHE_MAX:
+            _STATIC_CACHE.popitem(last=False)
+    return got
+
+
+async def _catalog(
+    conn: asyncpg.Connection, row: asyncpg.Record, currency: str, pickup_locations: tuple[PickupLocation, ...]
+) -> Catalog:
+    static = await _static(conn, row["catalog_version"])
+    return Catalog(
+        currency=currency,
+        products={r["id"]: Product(**{**r, "currency": r["currency"].strip()}) for r in row["products"]},
+        rates=tuple(r for r in static.rates if r.currency.strip() == currency),
+        promotions=static.promotions,
+        discounts=dict(static.discounts),
+        saved_addresses=tuple(Address(**r) for r in row["addresses"]),
         pickup_locations=pickup_locations,
     )
 
@@ -94,11 +150,12 @@ async def load_catalog(
     buyer_email: str | None,
     pickup_locations: tuple[PickupLocation, ...] = (),
 ) -> Catalog:
-    """Read what pricing needs (one round trip): the requested products with stock, rates,
+    """Read what pricing needs (one round trip while the company's rates, promotions and codes are
+    cached at their current version; two otherwise): the requested products with stock, rates,
     promotions, codes and the saved addresses of the buyer when ``buyer_email`` belongs to a
     known customer."""
     row = await conn.fetchrow(_LOAD_CATALOG, list(set(product_ids)), buyer_email)
-    return _catalog(row, currency, pickup_locations)
+    return await _catalog(conn, row, currency, pickup_locations)
 
 
 async def lock_checkout_priced(
@@ -109,10 +166,12 @@ async def lock_checkout_priced(
     currency: str,
     pickup_locations: tuple[PickupLocation, ...] = (),
 ) -> tuple[asyncpg.Record | None, Catalog | None]:
-    """The checkout row, locked FOR UPDATE, and the catalogue to price it, in one round trip.
+    """The checkout row, locked FOR UPDATE, and the catalogue to price it, in one round trip (two
+    when the company's rates, promotions and codes are not cached at their current version).
 
     ``state``: the new writable state (update): its line items' products and buyer email are
-    read; None (complete): those of the stored state, and the row then carries ``state``.
+    read; None (complete): those of the stored state, and the row then carries ``state`` and
+    ``instruments`` (the company's demo payment instruments: ``[{id, token, handler_id}]`` by id).
     Returns ``(row with id, status, caller, expires_at, state; catalogue)`` or ``(None, None)``.
     """
     if state is None:
@@ -121,7 +180,7 @@ async def lock_checkout_priced(
         ids = list({li["item"]["id"] for li in state["line_items"]})
         email = (state.get("buyer") or {}).get("email")
         row = await conn.fetchrow(_LOCK_PRICED_NO_STATE, checkout_id, True, ids, email)
-    return (None, None) if row is None else (row, _catalog(row, currency, pickup_locations))
+    return (None, None) if row is None else (row, await _catalog(conn, row, currency, pickup_locations))
 
 
 # async (sql, *args): run a caller's last statement (VerbContext.write_last); None = at once

@@ -277,7 +277,9 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
     # The demo charge only checks the token (no side effect), so it runs before anything is written;
     # the stock is taken last, by the statement right before the verb's commit, so the product's
     # inventory row is locked as briefly as possible (every buyer of the product waits on it).
-    charge = await demo_charge(conn, handler_id=instrument["handler_id"], token=token, amount=priced.total)
+    charge = await demo_charge(
+        conn, handler_id=instrument["handler_id"], token=token, amount=priced.total, instruments=row["instruments"]
+    )
     if not charge.approved:
         declined = {
             "id": pay_id,
