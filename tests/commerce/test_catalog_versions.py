@@ -1,4 +1,4 @@
-"""Migration 0042 + repo's static-parts cache: pricing reads rates, promotions and codes through
+"""Migration 0052 + repo's static-parts cache: pricing reads rates, promotions and codes through
 their version, so a change to any of them is seen by the next pricing (also by another replica's
 cache), companies never share cached parts, and a cached version costs no extra statement."""
 

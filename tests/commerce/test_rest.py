@@ -306,7 +306,7 @@ async def test_unstorable_input_is_400_never_503(client):
 
 
 async def test_get_returns_the_body_as_written(client):
-    """Migration 0044: the stored checkout is json (kept as written), so a GET answers exactly the
+    """Migration 0054: the stored checkout is json (kept as written), so a GET answers exactly the
     bytes the create answered, key order included."""
     r = await client.post(url("/checkout-sessions"), json=payload(), headers=headers(key=new_key()))
     created = await r.read()

@@ -162,7 +162,7 @@ async def test_no_context_sees_no_rows_in_any_tenant_table(database, db_settings
 
 
 async def test_hot_value_checks_hold_as_domains(database):
-    """Migration 0043: the checks moved from CHECK constraints to domains refuse the same values."""
+    """Migration 0053: the checks moved from CHECK constraints to domains refuse the same values."""
     owner = await asyncpg.connect(database.owner_dsn)
     try:
         for value, domain in (

@@ -1,4 +1,4 @@
-"""Migrations 0033/0035: verb_audit_append takes the lane head and writes it once; concurrent first
+"""Migrations 0033/0051: verb_audit_append takes the lane head and writes it once; concurrent first
 appends to a lane (its head row does not exist yet) still chain without gaps."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ async def test_concurrent_first_appends_chain_without_gaps(database):
 
 
 async def test_head_keeps_the_hash_it_replaced(database):
-    """Migration 0035: one UPDATE takes and advances the head; ``prev_hash`` keeps the hash it
+    """Migration 0051: one UPDATE takes and advances the head; ``prev_hash`` keeps the hash it
     replaced, which is the new row's prev_hash, and the head's hash is the new row's hash."""
     company = await create_company(database.pool, slug="heads", display_name="Heads", hostnames=["heads.example"])
     entry = {

@@ -34,7 +34,7 @@ __all__ = [
 
 # What pricing reads per request, as one row of json columns: the products {ids} with stock, the
 # saved addresses of the buyer {email} when it is a known customer, and the version of the rarely
-# changing parts (rates, promotions, codes; migration 0042), which come from _STATIC when cached.
+# changing parts (rates, promotions, codes; migration 0052), which come from _STATIC when cached.
 _CATALOG_COLUMNS = (
     " (SELECT coalesce(json_agg(json_build_object('id', p.id, 'title', p.title, 'price', p.price,"
     "   'currency', p.currency, 'image_url', p.image_url, 'stock', coalesce(i.quantity, 0))), '[]')"
@@ -91,7 +91,7 @@ class _Static:
     discounts: dict[str, DiscountRule]
 
 
-# version (a random uuid per state of one company's rates, promotions and codes: migration 0042)
+# version (a random uuid per state of one company's rates, promotions and codes: migration 0052)
 # -> its parsed parts. A version names one company's state, so the cache is shared by tenants
 # without mixing them, and by the replicas' own copies without coordination.
 _STATIC_CACHE: OrderedDict[uuid.UUID, _Static] = OrderedDict()

@@ -1,4 +1,4 @@
--- 0042: a version stamp per company for the catalogue parts that every pricing reads whole and
+-- 0052: a version stamp per company for the catalogue parts that every pricing reads whole and
 -- that change rarely: shipping rates, promotions and discount codes. Every row written to one of
 -- them gives its company a fresh random version in the same transaction (row triggers), so a
 -- version names exactly one state of those three tables. The gateway keeps parsed copies keyed by
@@ -28,7 +28,7 @@ END $$;
 
 CREATE FUNCTION catalog_no_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION '% cannot be truncated (catalogue versions, migration 0042): delete its rows', TG_TABLE_NAME
+    RAISE EXCEPTION '% cannot be truncated (catalogue versions, migration 0052): delete its rows', TG_TABLE_NAME
         USING ERRCODE = '42501';
 END $$;
 

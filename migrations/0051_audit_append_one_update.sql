@@ -1,4 +1,4 @@
--- 0035: verb_audit_append takes and advances its lane head in ONE statement. 0033 locked the head
+-- 0051: verb_audit_append takes and advances its lane head in ONE statement. 0033 locked the head
 -- with SELECT .. FOR UPDATE (a row-lock write of its own) and then updated it: two statements and
 -- two heap writes of the hottest row per audited dispatch. Now one UPDATE .. RETURNING increments
 -- seq and moves head_hash to the new row's hash; the new column prev_hash keeps the hash it

@@ -1,4 +1,4 @@
--- 0043: the value checks of the rows every checkout flow writes, as domains instead of table CHECK
+-- 0053: the value checks of the rows every checkout flow writes, as domains instead of table CHECK
 -- constraints. Same rules, same error (check_violation), same NOT NULL and defaults. Why:
 -- PostgreSQL re-reads a table's CHECK constraints from their stored text and re-plans them for
 -- every INSERT or UPDATE statement (16 times per signed flow, ~8 % of the database's work per
