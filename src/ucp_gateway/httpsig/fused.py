@@ -45,13 +45,21 @@ _STR = r'"([\x20\x21\x23-\x5b\x5d-\x7e]*)"'  # a String without escapes
 # label=("c1" "c2" ...) then registered parameters in canonical form, in any order. Groups: label,
 # the @signature-params value (RFC 9421 §2.3), the inner list, the parameters, then one group per
 # parameter (created, expires, keyid, nonce, tag, alg; a repeat keeps the last: refused below).
-_SIGNATURE_INPUT = re.compile(
-    rf"([a-z*][a-z0-9_.*-]*)=(\(({_ID}(?: {_ID})*)\)"
-    rf"((?:;created={_INT}|;expires={_INT}|;keyid={_STR}|;nonce={_STR}|;tag={_STR}|;alg={_STR})*))"
-)
+_HEAD = re.compile(rf"([a-z*][a-z0-9_.*-]*)=\(({_ID}(?: {_ID})*)\)")
+_PARAMS = re.compile(rf"(?:;created={_INT}|;expires={_INT}|;keyid={_STR}|;nonce={_STR}|;tag={_STR}|;alg={_STR})*")
 _DIGEST = re.compile(r"(sha-256|sha-512)=:([A-Za-z0-9+/]*={0,2}):")
 _HASHES = {"sha-256": hashlib.sha256, "sha-512": hashlib.sha512}
 _SHAPES = tuple(itertools.product((False, True), repeat=4))  # (mutating, query, ucp-agent, body)
+
+
+@lru_cache(maxsize=256)
+def _head(head: str) -> tuple[str, str, tuple] | None:
+    """``label=("c1" "c2" ...)`` (the Signature-Input up to its first ")") as ``(label,
+    "label=:", route)``; None for another shape. Depends only on the text: one signer sends the
+    same head on every request (its parameters, which vary, are read per request)."""
+    m = _HEAD.fullmatch(head)
+    route = None if m is None else _route(m.group(2))
+    return None if route is None else (m.group(1), m.group(1) + "=:", route)
 
 
 @lru_cache(maxsize=256)
@@ -90,17 +98,24 @@ async def verify_fused(
     sg = headers.getall("Signature", None)
     if si is None or sg is None or len(si) != 1 or len(sg) != 1 or policy.tag is not None:
         return None
-    m = _SIGNATURE_INPUT.fullmatch(si[0])
+    si0 = si[0]
+    end = si0.find(")") + 1  # component names hold no ")": the inner list ends at the first one
+    head = _head(si0[:end]) if end else None
+    if head is None:
+        return None
+    label, prefix, route = head
+    ptxt = si0[end:]
+    m = _PARAMS.fullmatch(ptxt)
     if m is None:
         return None
-    label, sig_params, inner, ptxt, created, expires, kid, nonce, tag, alg = m.groups()
-    route = _route(inner)
+    created, expires, kid, nonce, tag, alg = m.groups()
     # a repeated parameter leaves fewer groups set than ";" (as does a ";" inside a string)
-    if route is None or not kid or ptxt.count(";") + (created, expires, kid, nonce, tag, alg).count(None) != 6:
+    if not kid or ptxt.count(";") + (created, expires, kid, nonce, tag, alg).count(None) != 6:
         return None
+    sig_params = si0[len(label) + 1 :]  # the @signature-params value (RFC 9421 §2.3)
     sg0 = sg[0]
-    n = len(label) + 2  # "label=:"
-    if len(sg0) <= n or not sg0.startswith(label) or sg0[n - 2 : n] != "=:" or sg0[-1] != ":":
+    n = len(prefix)
+    if len(sg0) <= n or not sg0.startswith(prefix) or sg0[-1] != ":":
         return None
     try:
         signature = binascii.a2b_base64(sg0[n:-1], strict_mode=True)
