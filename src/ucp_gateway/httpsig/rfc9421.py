@@ -166,7 +166,7 @@ def _signature_dict(value: str) -> dict:
 def _b64_strict(b64: str) -> bytes:
     try:
         return binascii.a2b_base64(b64, strict_mode=True)  # = base64.b64decode(validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a non-ASCII value (never a 500)
         raise SignatureInvalid("malformed Signature field") from None
 
 
@@ -277,7 +277,7 @@ def _single_signature(signature_input: str, signature: str) -> ParsedSignature |
             return None  # a repeated parameter: http_sf's rule applies
     try:  # strict: base64 alphabet and padding only (= base64.b64decode(validate=True))
         sig = binascii.a2b_base64(sg[len(prefix) : -1], strict_mode=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a non-ASCII value: the general reader refuses it
         return None
     return ParsedSignature(label, ids, params, sig, None, signature_input, inner + ptxt if canonical else None)
 
