@@ -10,19 +10,24 @@ from ucp_gateway.tenancy import create_company
 from ucp_gateway.verbs import audit
 
 
+def _entry(company_id, subject: str) -> dict:
+    """An allowed staff audit entry; the subject picks the lane."""
+    return {
+        "v": 1,
+        "company_id": str(company_id),
+        "at": "2026-04-08T12:00:00Z",
+        "verb": "x.n",
+        "decision": "allowed",
+        "status": "completed",
+        "principal": {"kind": "staff", "subject": subject, "role": "owner"},
+    }
+
+
 async def test_concurrent_first_appends_chain_without_gaps(database):
     company = await create_company(database.pool, slug="fresh", display_name="Fresh", hostnames=["fresh.example"])
 
     async def one(i: int) -> tuple[int, int]:
-        entry = {
-            "v": 1,
-            "company_id": str(company.id),
-            "at": "2026-04-08T12:00:00Z",
-            "verb": "x.n",
-            "decision": "allowed",
-            "status": "completed",
-            "principal": {"kind": "staff", "subject": "one-subject", "role": "owner"},  # one lane
-        }
+        entry = _entry(company.id, "one-subject")  # one subject: one lane
         async with tenant_tx(database.pool, company.id) as conn:
             return await audit.append(conn, company.id, entry)
 
@@ -38,15 +43,7 @@ async def test_head_keeps_the_hash_it_replaced(database):
     """Migration 0051: one UPDATE takes and advances the head; ``prev_hash`` keeps the hash it
     replaced, which is the new row's prev_hash, and the head's hash is the new row's hash."""
     company = await create_company(database.pool, slug="heads", display_name="Heads", hostnames=["heads.example"])
-    entry = {
-        "v": 1,
-        "company_id": str(company.id),
-        "at": "2026-04-08T12:00:00Z",
-        "verb": "x.n",
-        "decision": "allowed",
-        "status": "completed",
-        "principal": {"kind": "staff", "subject": "head-subject", "role": "owner"},
-    }
+    entry = _entry(company.id, "head-subject")
     async with tenant_tx(database.pool, company.id) as conn:
         first, _ = await audit.append(conn, company.id, entry)
         second, seq = await audit.append(conn, company.id, entry)

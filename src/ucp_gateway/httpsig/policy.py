@@ -16,6 +16,7 @@ __all__ = [
     "MUTATING_METHODS",
     "SignaturePolicy",
     "check_freshness",
+    "check_times",
     "covered_names",
     "missing_components",
     "required_components",
@@ -102,15 +103,21 @@ def check_freshness(params: dict[str, Any], now: dt.datetime, policy: SignatureP
     - ``created`` older than ``max_age`` (+ ``future_skew`` tolerance) -> invalid;
     - a missing ``created``/``nonce`` -> invalid only if the policy requires it.
     """
-    ts = now.timestamp()
     created, expires = params.get("created"), params.get("expires")
     if created is not None and type(created) is not int:
         raise SignatureInvalid("signature parameter created must be an integer")
-    if expires is not None:
-        if type(expires) is not int:
-            raise SignatureInvalid("signature parameter expires must be an integer")
-        if expires < ts - policy.expiry_skew:
-            raise SignatureInvalid("signature has expired")
+    if expires is not None and type(expires) is not int:
+        raise SignatureInvalid("signature parameter expires must be an integer")
+    check_times(created, expires, isinstance(params.get("nonce"), str), policy, now.timestamp())
+
+
+def check_times(created: int | None, expires: int | None, has_nonce: bool, policy: SignaturePolicy, ts: float) -> None:
+    """The checks of :func:`check_freshness` once the parameters are read: ``created`` and ``expires``
+    (integer UTC seconds or None), whether a string ``nonce`` is present, and ``ts`` (now, UTC
+    seconds). Raises SignatureInvalid, in this order: expired, no created, created in the future,
+    too old, no nonce (RFC 9421 §2.3, §3.2.1)."""
+    if expires is not None and expires < ts - policy.expiry_skew:
+        raise SignatureInvalid("signature has expired")
     if created is None:
         if policy.require_created:
             raise SignatureInvalid("signature has no created parameter")
@@ -120,5 +127,5 @@ def check_freshness(params: dict[str, Any], now: dt.datetime, policy: SignatureP
             raise SignatureInvalid("signature created in the future")
         if created + policy.max_age < ts - skew:
             raise SignatureInvalid("signature is too old")
-    if policy.require_nonce and not isinstance(params.get("nonce"), str):
+    if policy.require_nonce and not has_nonce:
         raise SignatureInvalid("signature has no nonce")
