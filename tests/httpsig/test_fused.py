@@ -200,3 +200,45 @@ async def test_non_ascii_signature_is_refused_not_500():
     h = replace(signed(), "Signature", "sig1=:é:")
     ref, fused = await compare(h)
     assert ref[0] == "signature_invalid" and fused is None
+
+
+@pytest.mark.parametrize(
+    "x",
+    ["A", "A" * 45, "é" * 43, [1, 2], {"a": 1}],
+    ids=["one-char", "45-chars", "non-ascii", "list", "object"],
+)
+async def test_malformed_key_coordinate_is_algorithm_unsupported_on_both_routes(x):
+    """Regression (newcomer, 2026-11-30): a caller's profile key with an undecodable or unhashable
+    ``x`` made both routes raise binascii.Error / TypeError, answered as a 500."""
+    bad = dict(KEY[1], x=x)
+    headers = signed()
+    got = []
+    for route in ("reference", "fused"):
+        resolver = StaticKeyResolver({PROFILE: [bad]})
+        v = view(headers, body=BODY)
+        if route == "reference":
+            got.append(await outcome(verify_request(v, resolver, POLICY, NOW, MemoryReplayStore())))
+        else:
+            got.append(await outcome(verify_fused(v.headers, v.method, v.url, v.body, resolver, POLICY, NOW)))
+    assert [code for code, _ in got] == ["algorithm_unsupported", "algorithm_unsupported"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"alg": "RS256"}, {"alg": "ES384"}, {"use": "enc"}, {"key_ops": ["sign"]}, {"key_ops": "verify"}],
+    ids=["alg-rs256", "alg-other-curve", "use-enc", "key-ops-sign", "key-ops-not-list"],
+)
+async def test_key_restrictions_are_honoured_on_both_routes(extra):
+    """A profile key whose alg/use/key_ops (RFC 7517 §4.2-4.4) rule out verifying ES256 signatures
+    is refused with 400 algorithm_unsupported by both routes; the permitted values are accepted."""
+    allowed = dict(KEY[1], alg="ES256", use="sig", key_ops=["verify"])
+    for jwk, want in ((dict(KEY[1], **extra), "algorithm_unsupported"), (allowed, "ok")):
+        got = []
+        for route in ("reference", "fused"):
+            resolver = StaticKeyResolver({PROFILE: [jwk]})
+            v = view(signed(), body=BODY)
+            if route == "reference":
+                got.append((await outcome(verify_request(v, resolver, POLICY, NOW, MemoryReplayStore())))[0])
+            else:
+                got.append((await outcome(verify_fused(v.headers, v.method, v.url, v.body, resolver, POLICY, NOW)))[0])
+        assert got == [want, want]

@@ -9,6 +9,7 @@ No I/O here.
 from __future__ import annotations
 
 import base64
+import binascii
 from functools import lru_cache
 from typing import Any
 
@@ -40,22 +41,52 @@ _CURVES = {"P-256": ec.SECP256R1, "P-384": ec.SECP384R1}
 def _b64url(s: Any, size: int) -> int:
     if not isinstance(s, str):
         raise AlgorithmUnsupported("JWK coordinate must be a base64url string")
-    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    try:
+        raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    except (binascii.Error, ValueError):  # a bad length or a non-ASCII text: the caller's key, never a 500
+        raise AlgorithmUnsupported("JWK coordinate is not base64url") from None
     if len(raw) != size:
         raise AlgorithmUnsupported("JWK coordinate has the wrong length")
     return int.from_bytes(raw, "big")
 
 
+_JOSE_ALG = {"P-256": "ES256", "P-384": "ES384"}  # RFC 7518 §3.1: the JWS alg of each curve
+
+
 def algorithm_for_jwk(jwk: dict[str, Any]) -> tuple[type, int]:
-    """The signature algorithm fixed by a public JWK's ``kty``/``crv``. Raises AlgorithmUnsupported."""
+    """The signature algorithm fixed by a public JWK's ``kty``/``crv``, as ``(library class,
+    coordinate size in bytes)``.
+
+    The key's own restrictions are honoured (fail closed): an ``alg`` member must be the curve's
+    JWS algorithm (RFC 7517 §4.4, RFC 7518 §3.1), ``use`` must be ``sig`` (§4.2), and ``key_ops``
+    must allow ``verify`` (§4.3). Raises AlgorithmUnsupported otherwise.
+    """
     alg = ALGORITHMS_BY_CURVE.get((str(jwk.get("kty")), str(jwk.get("crv"))))
     if alg is None:
         raise AlgorithmUnsupported("the signing key's algorithm is not supported (use ES256)")
+    if "alg" in jwk and jwk["alg"] != _JOSE_ALG[jwk["crv"]]:
+        raise AlgorithmUnsupported("the signing key's alg does not match its curve")
+    if "use" in jwk and jwk["use"] != "sig":
+        raise AlgorithmUnsupported("the signing key is not for signatures (use)")
+    if "key_ops" in jwk and not (isinstance(jwk["key_ops"], list) and "verify" in jwk["key_ops"]):
+        raise AlgorithmUnsupported("the signing key does not allow verify (key_ops)")
     return alg
 
 
+def _coordinates(x: Any, y: Any) -> None:
+    """Refuse coordinates that are not strings before they reach a cache key (a list or an object
+    in a caller's profile is unhashable: a TypeError there would be a 500)."""
+    if type(x) is not str or type(y) is not str:
+        raise AlgorithmUnsupported("JWK coordinate must be a base64url string")
+
+
+def _public_key(crv: str, x: Any, y: Any, size: int) -> ec.EllipticCurvePublicKey:
+    _coordinates(x, y)
+    return _public_key_cached(crv, x, y, size)
+
+
 @lru_cache(maxsize=4096)
-def _public_key(crv: str, x: str, y: str, size: int) -> ec.EllipticCurvePublicKey:
+def _public_key_cached(crv: str, x: str, y: str, size: int) -> ec.EllipticCurvePublicKey:
     nums = ec.EllipticCurvePublicNumbers(_b64url(x, size), _b64url(y, size), _CURVES[crv]())
     try:
         return nums.public_key()  # checks the point is on the curve
@@ -72,10 +103,16 @@ def public_key_from_jwk(jwk: dict[str, Any]) -> ec.EllipticCurvePublicKey:
     return _public_key(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size)
 
 
+def _algorithm(crv: str, x: Any, y: Any, size: int) -> Any:
+    """The library algorithm bound to the key (cached by coordinates). Raises AlgorithmUnsupported."""
+    _coordinates(x, y)
+    return _algorithm_cached(crv, x, y, size)
+
+
 @lru_cache(maxsize=4096)
-def _algorithm(crv: str, x: str, y: str, size: int) -> Any:
+def _algorithm_cached(crv: str, x: str, y: str, size: int) -> Any:
     alg_cls, _ = ALGORITHMS_BY_CURVE[("EC", crv)]
-    return alg_cls(public_key=_public_key(crv, x, y, size))
+    return alg_cls(public_key=_public_key_cached(crv, x, y, size))
 
 
 def algorithm_instance(jwk: dict[str, Any]) -> Any:
