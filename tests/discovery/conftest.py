@@ -4,17 +4,22 @@ platform outside the machine) and fetcher settings with the dev loopback allowli
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import structlog
 from aiohttp import web
 from joserfc.jwk import ECKey
 
 from ucp_gateway.clock import FrozenClock
 from ucp_gateway.config import Settings
+from ucp_gateway.logs import configure_logging
 
 UCP = "https://ucp.dev/2026-04-08"
 
@@ -194,3 +199,20 @@ def fetch_settings(**overrides: Any) -> Settings:
 
 def dumps(doc: Any) -> bytes:
     return json.dumps(doc).encode()
+
+
+@contextlib.contextmanager
+def json_logs(settings: Settings, level: str) -> Iterator[tuple[Settings, io.StringIO]]:
+    """Logging configured as the gateway does at ``level`` with JSON lines into a StringIO; yields
+    (the settings with that level, the stream) and restores the root logger and structlog after."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    settings = settings.model_copy(update={"log_level": level, "log_format": "json"})
+    configure_logging(settings, stream=stream)
+    try:
+        yield settings, stream
+    finally:
+        structlog.reset_defaults()
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)

@@ -4,15 +4,15 @@ as the full middleware path, and only for requests the trust and signature middl
 from __future__ import annotations
 
 import pytest
-import structlog
 from multidict import CIMultiDict
 from yarl import URL
 
 from ucp_gateway.app import create_app
 from ucp_gateway.clock import FrozenClock
-from ucp_gateway.logs import configure_logging
 from ucp_gateway.middleware import FOUNDATION, HOST_CACHE, PUBLIC_FAST_PATHS, PublicPath
 from ucp_gateway.tenancy import create_company
+
+from .conftest import json_logs
 
 PATH = "/.well-known/ucp"
 RID = {"Request-Id": "fast-path-test-1"}
@@ -189,16 +189,8 @@ async def test_a_failing_fast_path_is_a_decline(gw) -> None:
 async def test_fast_answers_with_and_without_the_access_log(aiohttp_client, database, db_settings, level) -> None:
     """Production runs at warning (no access-log work on the fast answer); at info the fast answer
     is logged like any other, with its request id."""
-    import io
-    import logging
-
     await create_company(database.pool, slug="shop", display_name="Shop", hostnames=["shop.test"])
-    stream = io.StringIO()
-    root = logging.getLogger()
-    saved_handlers, saved_level = root.handlers[:], root.level
-    settings = db_settings.model_copy(update={"log_level": level, "log_format": "json"})
-    configure_logging(settings, stream=stream)
-    try:
+    with json_logs(db_settings, level) as (settings, stream):
         app = create_app(settings, clock=FrozenClock(), database=database)
         assert app[FOUNDATION].log_on is (level == "info")
         client = await _counting_client(aiohttp_client, app)
@@ -211,7 +203,3 @@ async def test_fast_answers_with_and_without_the_access_log(aiohttp_client, data
             assert all('"status": 200' in line for line in lines)
         else:
             assert lines == []
-    finally:
-        structlog.reset_defaults()
-        root.handlers[:] = saved_handlers
-        root.setLevel(saved_level)

@@ -5,22 +5,20 @@ path and the full path answer. Real sockets, the production serve path, a real P
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import logging
 import sys
 from contextlib import asynccontextmanager
 
 import pytest
-import structlog
 from aiohttp import web
 
 from ucp_gateway.app import create_app
 from ucp_gateway.clock import FrozenClock
-from ucp_gateway.logs import configure_logging
 from ucp_gateway.middleware import HOST_CACHE, PUBLIC_FAST_PATHS, PublicPath
 from ucp_gateway.serve import bind_socket, install_front, run_server
 from ucp_gateway.tenancy import create_company
+
+from .conftest import json_logs
 
 PATH = "/.well-known/ucp"
 RID = "front-path-test-1"
@@ -184,12 +182,7 @@ async def test_a_failing_answer_in_front_is_asked_again_behind_the_router(shop, 
 @pytest.mark.parametrize("level", ["warning", "info"])
 async def test_front_answers_log_like_the_foundation_layer(shop, db_settings, level) -> None:
     """At info the front's answer has its access-log line with the request id; at warning none."""
-    stream = io.StringIO()
-    root = logging.getLogger()
-    saved_handlers, saved_level = root.handlers[:], root.level
-    settings = db_settings.model_copy(update={"log_level": level, "log_format": "json"})
-    configure_logging(settings, stream=stream)
-    try:
+    with json_logs(db_settings, level) as (settings, stream):
         async with _serving(settings, front=True) as (port, _, calls):
             for _ in range(3):
                 assert (await _raw(port, _req()))[0].startswith(b"HTTP/1.1 200")
@@ -202,10 +195,6 @@ async def test_front_answers_log_like_the_foundation_layer(shop, db_settings, le
             assert access[0].keys() == access[1].keys() == access[2].keys()  # full path and front lines alike
         else:
             assert access == []
-    finally:
-        structlog.reset_defaults()
-        root.handlers[:] = saved_handlers
-        root.setLevel(saved_level)
 
 
 @pytest.mark.parametrize("change", ["none", "outer_middleware", "on_response_prepare", "subapp"])
