@@ -4,7 +4,9 @@ Two gateway configurations, each in its own process (its own event loop) on the 
 
   signed: RFC 9421 verification on every request, signed complete responses, every call an audited
           verb dispatch (the production path);
-  plain:  no signature middleware, unsigned requests, ``commerce_via_verbs=false`` (no audit rows).
+  plain:  no signature middleware, unsigned requests, ``commerce_via_verbs=false`` (no audit rows);
+  verbs:  (only with ``--modes``) unsigned as plain, but every call an audited verb dispatch as signed:
+          signed - verbs is the cost of signatures, verbs - plain that of the verb runtime.
 
 Each buyer agent has its own EC P-256 key and platform profile (served by this process on
 127.0.0.1) and loops: create (1 item) -> update (shipping destination + option, code 10OFF) ->
@@ -35,7 +37,7 @@ the mean number of gateway backends per wait event (row locks name the waiting s
 On a shared machine prefer the CPU figures; repeat wall-clock figures.
 
 Usage: python bench/checkout_flow.py [--buyers 32] [--items 1] [--seconds 10] [--warmup 3] [--rate 100]
-       [--workers 1] [--waits] [--profile DIR] [--log-sql FILE]
+       [--workers 1] [--waits] [--profile DIR] [--log-sql FILE] [--modes signed,plain]
        (--workers N: N gateway processes on the port, bound with SO_REUSEPORT so that each is this
        script's own child; ``serve --workers N`` shares one socket instead; BENCH_POOL_MAX sets each
        one's pool size)
@@ -375,7 +377,7 @@ def _child(mode: str, port: int) -> None:
 
     settings = Settings(host="127.0.0.1", port=port)
     configure_logging(settings)  # as `ucp-gateway serve` does (UCPGW_LOG_LEVEL honoured)
-    if mode == "plain":  # no signature middleware (the production app always has it)
+    if mode in ("plain", "verbs"):  # no signature middleware (the production app always has it)
         gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
     reuse_port = os.environ.get("BENCH_WORKERS", "1") != "1"  # one of N processes on the port
     ready_dir = os.environ.get("BENCH_READY_DIR")
@@ -465,7 +467,16 @@ async def main() -> None:
     ap.add_argument("--profile", metavar="DIR", help="cProfile each gateway process into DIR/gateway-<mode>.prof")
     ap.add_argument("--waits", action="store_true", help="sample PostgreSQL wait events during each run")
     ap.add_argument("--log-sql", metavar="FILE", help="log every SQL statement; copy the server log to FILE")
+    ap.add_argument(
+        "--modes",
+        default="signed,plain",
+        help="configurations to run, comma-separated: signed, plain, and verbs (unsigned requests, but every"
+        " call an audited verb dispatch: separates the cost of signatures from that of the verb runtime)",
+    )
     args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or set(modes) - {"signed", "plain", "verbs"}:
+        ap.error("--modes takes signed, plain and/or verbs")
     from ucp_gateway.db.embedded import start_embedded, stop_embedded
 
     tmp = Path(tempfile.mkdtemp(prefix="ucpgw-bench-"))
@@ -497,7 +508,7 @@ async def main() -> None:
         platform = await _platform(buyers, pport)
         pg_pid = int((tmp / "pg" / "pg" / "postmaster.pid").read_text().split()[0])
         results: dict[tuple[str, str], dict] = {}
-        for mode in ("signed", "plain"):
+        for mode in modes:
             port = _free_port()
             procs = _spawn(mode, port, env, args.workers)
             try:
@@ -528,7 +539,8 @@ async def main() -> None:
         f"checkout flows (create -> update -> complete), {args.buyers} buyer agents, {args.seconds:.0f} s per run,"
         f" {args.items} product{'s' if args.items > 1 else ' (one hot inventory row)'}"
     )
-    labels = (("signed", "signed + audited"), ("plain", "no signatures, no audit"))
+    names = {"signed": "signed + audited", "plain": "no signatures, no audit", "verbs": "unsigned, audited"}
+    labels = [(m, names[m]) for m in modes]
     for phase, title in (
         ("saturation", "(a) saturation: no think time"),
         ("target", f"(b) at the target load: think time paced to offer {args.rate:.0f} flows/s"),
@@ -544,9 +556,10 @@ async def main() -> None:
             )
             if r["waits"]:
                 print("      backends waiting:", ", ".join(f"{k} {v:.1f}" for k, v in list(r["waits"].items())[:6]))
-    sig, plain = results["signed", "saturation"]["flows_s"], results["plain", "saturation"]["flows_s"]
-    cost = 1 - sig / plain if plain else float("nan")
-    print(f"cost of signatures + audit (saturation): {100 * cost:.1f} % of throughput")
+    if "signed" in modes and "plain" in modes:
+        sig, plain = results["signed", "saturation"]["flows_s"], results["plain", "saturation"]["flows_s"]
+        cost = 1 - sig / plain if plain else float("nan")
+        print(f"cost of signatures + audit (saturation): {100 * cost:.1f} % of throughput")
 
 
 if __name__ == "__main__":
