@@ -1,4 +1,5 @@
-"""Demo seeding for UCP shopping: conformance mode only.
+"""Demo seeding for UCP shopping: the shop's first signing key, its policy pages' text, and
+conformance mode.
 
 The official UCP conformance suite sends unsigned requests (a dummy ``request-signature`` header).
 With ``conformance_mode`` (development only, refused in production) the demo company's signature
@@ -13,17 +14,33 @@ from ..config import Settings
 from ..db import Database, tenant_tx
 from ..tenancy import Company
 
-__all__ = ["commerce_demo_seeder"]
+__all__ = ["DEMO_PAGES", "commerce_demo_seeder"]
+
+# settings.commerce.pages of the demo shop: the text of /terms and /privacy (commerce/pages.py)
+DEMO_PAGES = {
+    "terms": "This is a demonstration shop run by ucp-gateway. Nothing is sold, shipped or charged: "
+    "payments go to a mock payment handler and every order is test data.",
+    "privacy": "This demo keeps what a buyer agent sends (items, destinations, the buyer's email and consent "
+    "choices) in the gateway's own database on this machine. Order updates go only to the webhook of the "
+    "platform that placed the order.",
+}
 
 
 async def commerce_demo_seeder(db: Database, company: Company, settings: Settings) -> None:
     """``DEMO_SEEDERS`` entry (idempotent): the demo shop gets its first signing key (complete
-    responses and order webhooks are signed, and signing fails closed without one); in conformance
-    mode its signature policy becomes ``off``."""
+    responses and order webhooks are signed, and signing fails closed without one) and the text of
+    its /terms and /privacy pages (unless it has its own); in conformance mode its signature policy
+    becomes ``off``."""
     from ..keys import bootstrap_company_key
 
     await bootstrap_company_key(db, settings, company.id, now=datetime.now(UTC))
-    if not settings.conformance_mode or not settings.dev_mode:
-        return
     async with tenant_tx(db.pool, company.id) as conn:
-        await conn.execute("UPDATE companies SET signature_policy = 'off' WHERE id = $1", company.id)
+        await conn.execute(  # only when the shop has no pages of its own (a re-seed keeps edits)
+            "UPDATE companies SET settings = settings || jsonb_build_object('commerce',"
+            " coalesce(settings->'commerce', '{}') || jsonb_build_object('pages', $2::jsonb))"
+            " WHERE id = $1 AND settings->'commerce'->'pages' IS NULL",
+            company.id,
+            DEMO_PAGES,
+        )
+        if settings.conformance_mode and settings.dev_mode:
+            await conn.execute("UPDATE companies SET signature_policy = 'off' WHERE id = $1", company.id)

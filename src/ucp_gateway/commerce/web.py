@@ -216,6 +216,7 @@ async def simulate_shipping(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     """Add the shopping routes, the per-agent rate limiter and (``settings.webhook_worker``) the
     webhook delivery worker."""
+    from .pages import setup_pages
     from .webhooks import webhook_worker_ctx
 
     settings = app[SETTINGS]
@@ -230,6 +231,7 @@ def setup(app: web.Application) -> None:
     app.router.add_get(f"{p}/orders/{{id}}", get_order)
     if settings.simulation_secret is not None:
         app.router.add_post(SIMULATE_PATH, simulate_shipping)
+    setup_pages(app)  # the buyer-facing pages that continue_url, links[] and permalink_url name
     if settings.webhook_worker:
         app.cleanup_ctx.append(webhook_worker_ctx)
     if VERBS_KEY is not None and VERBS_KEY in app:  # verbs_setup runs before this in COMPONENTS
