@@ -13,12 +13,17 @@
 -- The envelope is stored as json (its text as written) instead of jsonb: nothing queries inside it,
 -- the replay decodes it whole, and json input is a syntax check where jsonb builds a tree.
 ALTER TABLE verb_idempotency ALTER COLUMN envelope TYPE json USING envelope::json;
+-- No query reads records by expiry (a lookup is by the whole key); an index less per record.
+DROP INDEX verb_idempotency_expiry;
 
 -- Arguments as UTF-8 bytes so the caller can inline them as hex (decode('..', 'hex')) in the BEGIN
 -- round trip without quoting text; p_now is the dispatcher's clock (a record is live while
 -- expires_at > p_now, as the replay read decides). Runs as the caller: RLS binds it to the tenant.
+-- enable_seqscan off: plpgsql caches the lookup's plan per connection, and one made while the table
+-- was small (a new database) would keep scanning it all as it grows. The primary key, the table's
+-- only index now, is the one way left.
 CREATE FUNCTION verb_idempotency_claim(p_principal bytea, p_verb bytea, p_key bytea, p_now timestamptz)
-    RETURNS void LANGUAGE plpgsql AS $$
+    RETURNS void LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     v_company uuid := app_company_id();
     v_principal text := convert_from(p_principal, 'UTF8');
