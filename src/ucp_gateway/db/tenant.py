@@ -20,21 +20,30 @@ __all__ = ["platform_scan_tx", "platform_tx", "tenant_tx"]
 
 @asynccontextmanager
 async def _unit(
-    pool: asyncpg.Pool, fused: str | None, sql: str, args: tuple[str, ...], isolation: str | None
+    pool: asyncpg.Pool,
+    fused: str | None,
+    sql: str,
+    args: tuple[str, ...],
+    isolation: str | None,
+    then: str | None = None,
 ) -> AsyncIterator[asyncpg.Connection]:
     """A transaction whose first statement sets the context: ``fused`` (validated text) goes out
     with ``BEGIN`` in one round trip on a :class:`.connection.GatewayConnection`; otherwise (other
-    connection classes, or ``fused`` None) ``sql`` with ``args`` runs as its own statement."""
+    connection classes, or ``fused`` None) ``sql`` with ``args`` runs as its own statement.
+    ``then`` (validated text, no parameters) runs right after the context, in the same round trip
+    when ``fused`` goes out with ``BEGIN``."""
     async with pool.acquire() as conn:
         after = getattr(conn, "after_begin", None) if fused is not None else None
         if after is not None:
-            after(fused)
+            after(fused if then is None else f"{fused}; {then}")
         try:
             async with conn.transaction(isolation=isolation):
                 if after is None or not conn.begin_consumed():
                     if after is not None:
                         after(None)
                     await conn.execute(sql, *args)
+                    if then is not None:
+                        await conn.execute(then)
                 yield conn
         finally:
             if after is not None:
@@ -43,7 +52,7 @@ async def _unit(
 
 @asynccontextmanager
 async def tenant_tx(
-    pool: asyncpg.Pool, company_id: UUID | str, *, isolation: str = "read_committed"
+    pool: asyncpg.Pool, company_id: UUID | str, *, isolation: str = "read_committed", then: str | None = None
 ) -> AsyncIterator[asyncpg.Connection]:
     """Run one transaction as company ``company_id``; RLS shows and accepts only its rows.
 
@@ -52,12 +61,15 @@ async def tenant_tx(
             the point is that the app role cannot).
         company_id: the tenant's UUID.
         isolation: asyncpg isolation level name.
+        then: a first statement of the unit, sent in the same round trip as ``BEGIN`` and the
+            context: constant or validated text only (never raw input), no parameters, no result
+            (it may raise: then nothing of the unit ran and the error propagates).
     Yields: the connection, inside an open transaction (``BEGIN`` and the context in one round
     trip). Commits on normal exit, rolls back on error. Raises ValueError for a malformed UUID.
     """
     cid = str(UUID(str(company_id)))  # validated (canonical hex and hyphens): safe to inline
     fused = f"SELECT set_config('app.company_id', '{cid}', true)"
-    async with _unit(pool, fused, "SELECT set_config('app.company_id', $1, true)", (cid,), isolation) as conn:
+    async with _unit(pool, fused, "SELECT set_config('app.company_id', $1, true)", (cid,), isolation, then) as conn:
         yield conn
 
 

@@ -211,14 +211,19 @@ class Dispatcher:
 
     async def _execute(self, principal, company, call, verb: Verb, decision: Decision, key, now, t0) -> dict[str, Any]:
         args = clean_args(call.args)
-        async with tenant_tx(self.pool, company.id) as conn:  # = reads.tenant_conn(durable=True), one layer less
-            if key is not None:
-                ttl = self.settings.verbs_idempotency_ttl
-                if not await store.claim_key(
-                    conn, company.id, principal.key, verb.name, key, decision.digest, now, ttl
-                ):
-                    got = await store.stored_key(conn, principal.key, verb.name, key, now)
-                    raise _Replay(got[0], got[1]) if got else VerbError("execution_failed")
+        # the key's claim goes out with BEGIN: the first statement, before any row lock
+        claim = store.claim_sql(principal.key, verb.name, key, now) if key is not None else None
+        try:
+            return await self._execute_in(principal, company, call, verb, decision, key, now, t0, args, claim)
+        except asyncpg.PostgresError as exc:
+            if claim is None or exc.sqlstate != store.KEY_TAKEN:
+                raise
+        async with tenant_tx(self.pool, company.id) as conn:  # a live record: replay it or refuse
+            got = await store.stored_key(conn, principal.key, verb.name, key, now)
+        raise _Replay(got[0], got[1]) if got else VerbError("execution_failed")
+
+    async def _execute_in(self, principal, company, call, verb, decision, key, now, t0, args, claim) -> dict[str, Any]:
+        async with tenant_tx(self.pool, company.id, then=claim) as conn:  # = reads.tenant_conn(durable=True)
             approval = decision.approval or {}
             if approval.get("nonce_id") and not await store.consume_nonce(conn, company.id, approval["nonce_id"], now):
                 raise VerbError("nonce_used", hint="Call again without confirm for a fresh phrase and nonce.")
@@ -252,6 +257,9 @@ class Dispatcher:
                 principal=principal.key,
                 verb=verb.name,
                 key=key,
+                digest=decision.digest,
+                now=now,
+                ttl_seconds=self.settings.verbs_idempotency_ttl,
                 envelope=env,
                 result_audit_id=patch,
                 write=ctx.last_write,  # the handler's last write, in this same statement

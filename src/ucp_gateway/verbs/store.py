@@ -2,8 +2,9 @@
 
 Every function runs inside the caller's tenant transaction (RLS binds it to one company). The
 concurrency guarantees come from PostgreSQL, not from the process, so replicas share them:
-- an idempotency key is claimed by an INSERT in the executing transaction, so a concurrent
-  duplicate blocks on the unique index and then reads the committed receipt;
+- an idempotency key is claimed by a transaction-scoped advisory lock taken by the executing
+  transaction's first statement (:func:`claim_sql`), so a concurrent duplicate waits and then
+  finds the committed record; the record is written once, by the last statement;
 - a cap is reserved with ``INSERT .. ON CONFLICT DO UPDATE .. WHERE used < limit`` (row lock);
 - a nonce is consumed by inserting its id (primary key), in the executing transaction.
 """
@@ -12,21 +13,23 @@ from __future__ import annotations
 
 import functools
 import re
+import secrets
 from datetime import date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import asyncpg
 
+from ..jsonbody import db_dumps
 from .audit import append_args
 
 __all__ = [
+    "KEY_TAKEN",
     "append_and_finish_key",
     "cap_used",
-    "claim_key",
+    "claim_sql",
     "consume_nonce",
     "count_principal",
-    "finish_key",
     "principal_used",
     "reserve_cap",
     "stored_key",
@@ -48,50 +51,45 @@ async def stored_key(
     return (r["args_digest"], r["envelope"]) if r else None
 
 
-async def claim_key(
-    conn: asyncpg.Connection,
-    company_id: UUID,
-    principal: str,
-    verb: str,
-    key: str,
-    digest: str,
-    now: datetime,
-    ttl_seconds: int,
-) -> bool:
-    """Claim the key for this execution (True), or False when a live record exists (replay/conflict).
+KEY_TAKEN = "UV409"  # SQLSTATE of verb_idempotency_claim (migration 0055): a live record exists
+_STAMP = re.compile(r"[0-9T:.+-]+")
 
-    An expired record is taken over. A concurrent claimant waits for this transaction to end.
+
+def claim_sql(principal: str, verb: str, key: str, now: datetime) -> str:
+    """The statement that claims an idempotency key, as text to send with ``BEGIN``
+    (``tenant_tx(..., then=...)``): the transaction's first statement, before any row lock.
+
+    It takes a transaction-scoped advisory lock on (company, principal, verb, key), so a concurrent
+    duplicate waits until this transaction ends, and then raises SQLSTATE :data:`KEY_TAKEN` if a
+    record is live at ``now`` (aware datetime): read it with :func:`stored_key` in a new
+    transaction and replay or refuse. The strings travel as hex of their UTF-8 bytes (nothing to
+    quote); ``now`` as its ISO text. The record itself is written by :func:`append_and_finish_key`.
+    Raises: ValueError for a naive ``now``; UnicodeEncodeError for a lone surrogate.
     """
-    r = await conn.fetchval(
-        "INSERT INTO verb_idempotency AS i (company_id, principal, verb, key, args_digest, created_at, expires_at) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7) "
-        "ON CONFLICT (company_id, principal, verb, key) DO UPDATE SET args_digest = EXCLUDED.args_digest, "
-        " envelope = NULL, audit_id = NULL, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at "
-        "WHERE i.expires_at <= EXCLUDED.created_at RETURNING true",
-        company_id,
-        principal,
-        verb,
-        key,
-        digest,
-        now,
-        now + timedelta(seconds=ttl_seconds),
+    stamp = now.isoformat()
+    if now.tzinfo is None or not _STAMP.fullmatch(stamp):
+        raise ValueError("claim_sql needs an aware datetime")
+    p, v, k = (s.encode().hex() for s in (principal, verb, key))
+    return (
+        f"SELECT verb_idempotency_claim(decode('{p}', 'hex'), decode('{v}', 'hex'), decode('{k}', 'hex'),"
+        f" '{stamp}'::timestamptz)"
     )
-    return bool(r)
 
 
-async def finish_key(
-    conn: asyncpg.Connection, principal: str, verb: str, key: str, envelope: dict[str, Any], audit_id: int
-) -> None:
-    """Store the envelope to replay under the claimed key (same transaction as the effects)."""
-    await conn.execute(
-        "UPDATE verb_idempotency SET envelope = $4::jsonb, audit_id = $5 "
-        "WHERE principal = $1 AND verb = $2 AND key = $3",
-        principal,
-        verb,
-        key,
-        envelope,
-        audit_id,
-    )
+def _envelope_parts(envelope: dict[str, Any], result_audit_id: bool) -> list[str]:
+    """The envelope's JSON text split where its audit ids go (``envelope.audit_id`` and, when
+    ``result_audit_id``, ``envelope.result.audit_id``): joined with the new id in SQL
+    (``array_to_string``), it is the stored envelope. A random placeholder marks the places; one
+    that also occurs elsewhere in the text is drawn again."""
+    want = 3 if result_audit_id else 2
+    while True:
+        mark = secrets.randbelow(9 * 10**17) + 10**17  # 18 digits: no part of a longer number
+        env = {**envelope, "audit_id": mark}
+        if result_audit_id:
+            env["result"] = {**envelope["result"], "audit_id": mark}
+        parts = db_dumps(env).split(str(mark))
+        if len(parts) == want:
+            return parts
 
 
 async def append_and_finish_key(
@@ -102,46 +100,55 @@ async def append_and_finish_key(
     principal: str,
     verb: str,
     key: str,
+    digest: str,
+    now: datetime,
+    ttl_seconds: int,
     envelope: dict[str, Any],
     result_audit_id: bool,
     write: tuple[str, tuple[Any, ...]] | None = None,
 ) -> tuple[int, int]:
-    """Append ``entry`` to the company's audit chain and store the envelope under the claimed key,
-    in one statement (the caller's transaction; meant as its last statement before COMMIT, so the
-    chain head's row lock is held for this statement and the commit only).
+    """Append ``entry`` to the company's audit chain and write the idempotency record of the key
+    claimed with :func:`claim_sql`, in one statement (the caller's transaction; meant as its last
+    statement before COMMIT, so the chain head's row lock is held for this statement and the commit
+    only).
 
-    The new audit id is written into the stored envelope's ``audit_id`` and, when
-    ``result_audit_id``, into ``result.audit_id`` (the caller patches its own copy the same way).
+    The record holds ``digest`` (the arguments' fingerprint), ``envelope`` with the new audit id
+    written into its ``audit_id`` and, when ``result_audit_id``, into ``result.audit_id`` (the
+    caller patches its own copy the same way), and lives ``ttl_seconds`` from ``now``. An expired
+    record under the key is replaced; a live one is not (RuntimeError: the claim lock rules it out).
     ``entry`` as for :func:`audit.append`. ``write``: the handler's last statement ``(sql, args)``
     (:meth:`VerbContext.write_last`), run as part of this one. Returns ``(audit_id, seq)``.
     """
     args = append_args(company_id, entry)
     head, extra = "", ()
     if write is not None:
-        head, extra = "WITH w AS (" + _shift_params(write[0], 12) + " RETURNING 1),", write[1]
+        head, extra = "WITH w AS (" + _shift_params(write[0], 14) + " RETURNING 1),", write[1]
     row = await conn.fetchrow(
         # the entry travels once, as the canonical text the chain hashes ($7), stored as its jsonb
         (head or "WITH") + " a AS (SELECT audit_id, seq FROM"
         "  verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::text::jsonb, $7::text)"
         # a one-time filter: the handler's write runs to completion before the append locks the head
         + (" WHERE (SELECT count(*) FROM w) >= 0" if head else "")
-        + "), f AS (UPDATE verb_idempotency i SET audit_id = a.audit_id, envelope = CASE WHEN $12::boolean"
-        "   THEN jsonb_set(jsonb_set($11::jsonb, '{audit_id}', to_jsonb(a.audit_id)), '{result,audit_id}',"
-        "     to_jsonb(a.audit_id))"
-        "   ELSE jsonb_set($11::jsonb, '{audit_id}', to_jsonb(a.audit_id)) END"
-        "  FROM a WHERE i.principal = $8 AND i.verb = $9 AND i.key = $10 RETURNING 1)"
+        + "), f AS (INSERT INTO verb_idempotency AS i (company_id, principal, verb, key, args_digest, envelope,"
+        "   audit_id, created_at, expires_at)"
+        "  SELECT $1, $8, $9, $10, $12, array_to_string($11::text[], a.audit_id::text)::json, a.audit_id, $13, $14"
+        "  FROM a ON CONFLICT (company_id, principal, verb, key) DO UPDATE SET args_digest = EXCLUDED.args_digest,"
+        "   envelope = EXCLUDED.envelope, audit_id = EXCLUDED.audit_id, created_at = EXCLUDED.created_at,"
+        "   expires_at = EXCLUDED.expires_at WHERE i.expires_at <= EXCLUDED.created_at RETURNING 1)"
         " SELECT audit_id, seq, (SELECT count(*) FROM f) AS finished FROM a",
         *args[:6],
         args[7],
         principal,
         verb,
         key,
-        envelope,
-        result_audit_id,
+        _envelope_parts(envelope, result_audit_id),
+        digest,
+        now,
+        now + timedelta(seconds=ttl_seconds),
         *extra,
     )
-    if row["finished"] != 1:  # the claim is this transaction's own row: anything else is a bug
-        raise RuntimeError(f"idempotency record for {verb} not found in this transaction")
+    if row["finished"] != 1:  # the key is locked by this transaction's claim: anything else is a bug
+        raise RuntimeError(f"idempotency record for {verb} is live: the claim did not hold")
     return int(row["audit_id"]), int(row["seq"])
 
 
