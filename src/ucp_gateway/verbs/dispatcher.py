@@ -26,7 +26,7 @@ from ..config import Settings
 from ..db import tenant_tx
 from ..tenancy import Company, get_company
 from . import audit, store
-from .audit import iso, redact, safe_name
+from .audit import iso, redact, redaction_free, safe_name
 from .consent import args_digest, canonical_json, clean_args
 from .context import VerbContext
 from .decide import Call, Decision, Inputs, cap_class_for, decide, gates
@@ -60,12 +60,24 @@ def _safe_digest(args: Any) -> str | None:
         return None
 
 
+def _as_cleaned(args: dict[str, Any]) -> bool:
+    """True when consent.clean_args would drop no key of ``args``."""
+    for k in args:
+        if k.startswith("_"):
+            return False
+    return True
+
+
 def _may_mint(policy: VerbPolicy) -> bool:
     """Whether ``decide`` may issue a typed-phrase nonce for this verb (decide._consent: the
     typed-phrase gate, or an argument-dependent class that may need a phrase)."""
     if policy.escalate is not None or policy.phrase is not None:
         return True
-    return policy.effective_consent() is Consent.TYPED_PHRASE
+    return policy.effective_consent() is _PHRASE
+
+
+_PHRASE = Consent.TYPED_PHRASE  # enum members read once (a metaclass attribute lookup each time)
+_READ_OR_NONE = (None, RiskClass.READ)
 
 
 class _Replay(Exception):
@@ -107,27 +119,22 @@ class Dispatcher:
         """The facts ``decide`` needs. ``lazy``: when the only stored fact would be the idempotency
         record (no cap, no principal limit), skip its read and return ``Inputs.deferred = True``:
         the execution's atomic key claim then finds a replay or a conflict (see :meth:`dispatch`)."""
-        base = {
-            "company_tier": company.tier,
-            "secrets": self._secrets,
-            "current_kid": self._kid,
-            "now": now,
-            # only a typed-phrase preflight mints a nonce (an empty id makes issue_nonce refuse)
-            "fresh_nonce_id": secrets.token_hex(8) if verb is not None and _may_mint(verb.policy) else "",
-            "nonce_ttl": self.settings.verbs_nonce_ttl,
-        }
+        # only a typed-phrase preflight mints a nonce (an empty id makes issue_nonce refuse)
+        fresh = secrets.token_hex(8) if verb is not None and _may_mint(verb.policy) else ""
+        base = (company.tier, self._secrets, self._kid, now, fresh)  # Inputs' first five fields
+        ttl = self.settings.verbs_nonce_ttl
         if verb is None or not verb.is_write or not (type(call.args) is dict or isinstance(call.args, Mapping)):
-            return Inputs(**base)
+            return Inputs(*base, nonce_ttl=ttl)
         cls = verb.policy.risk_class
         if verb.policy.escalate is not None:
             try:
                 cls, _ = verb.policy.escalate(clean_args(call.args), self.registry)
             except (VerbError, KeyError, TypeError, ValueError):
-                return Inputs(**base)
+                return Inputs(*base, nonce_ttl=ttl)
         cap_class = cap_class_for(verb, principal, cls)
         lim = verb.policy.principal_limit
         if lazy and cap_class is None and (lim is None or principal.kind != "buyer"):
-            return Inputs(**base, deferred=True)
+            return Inputs(*base, nonce_ttl=ttl, deferred=True)
         async with tenant_tx(self.pool, company.id) as conn:
             stored = None
             if call.idempotency_key:
@@ -137,7 +144,8 @@ class Dispatcher:
             if lim is not None and principal.kind == "buyer":
                 pused = await store.principal_used(conn, principal.key, lim.key or verb.name, now.date())
         return Inputs(
-            **base,
+            *base,
+            nonce_ttl=ttl,
             cap_used=used,
             cap_limit=self.cap_limit(company, cap_class),
             principal_used=pused,
@@ -171,7 +179,7 @@ class Dispatcher:
         if decision.outcome == "replay":
             return await self._replay(principal, company, call, verb, decision, now)
         assert verb is not None
-        write = decision.risk_class not in (None, RiskClass.READ)
+        write = decision.risk_class not in _READ_OR_NONE
         key = (call.idempotency_key or secrets.token_hex(8)) if write else None
         try:
             if key is None:
@@ -368,11 +376,16 @@ class Dispatcher:
             e["reason"] = decision.reason
         if decision.approval:
             e["approval"] = {k: v for k, v in decision.approval.items() if k != "phrase"} | {"approved_at": iso(now)}
-        if (type(call.args) is dict or isinstance(call.args, Mapping)) and (verb is None or verb.policy.audit_args):
-            try:
-                e["args"] = canonical_json(redact(call.args))[:4000]
-            except (TypeError, ValueError):
-                e["args"] = None
+        args = call.args
+        if (type(args) is dict or isinstance(args, Mapping)) and (verb is None or verb.policy.audit_args):
+            aj = decision.args_json  # canonical JSON of the cleaned args (the digest's input)
+            if aj is not None and type(args) is dict and _as_cleaned(args) and redaction_free(args):
+                e["args"] = aj.decode()[:4000]  # = canonical_json(redact(args)): nothing to clean or redact
+            else:
+                try:
+                    e["args"] = canonical_json(redact(args))[:4000]
+                except (TypeError, ValueError):
+                    e["args"] = None
         return e
 
     async def _write(self, company: Company, entry: dict[str, Any]) -> int:
