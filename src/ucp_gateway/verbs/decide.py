@@ -42,6 +42,7 @@ CONTROL_KEYS = ("confirm", "typed_phrase", "nonce", "idempotency_key")
 # members read once: an enum member is a class attribute lookup through the enum's metaclass
 _READ, _BLOCKED = RiskClass.READ, RiskClass.BLOCKED
 _NOT_WRITE = (RiskClass.READ, RiskClass.BLOCKED)
+_RESERVED = frozenset(RESERVED_ARGS)
 _NONE, _CLICK, _PHRASE, _PAYMENT = Consent.NONE, Consent.CLICK, Consent.TYPED_PHRASE, Consent.PAYMENT_CREDENTIAL
 _NO_STEP = (Consent.NONE, Consent.PAYMENT_CREDENTIAL)  # consents that need no confirm step
 
@@ -207,7 +208,12 @@ def _gates(
         return _deny("surface_not_allowed", f"{verb.name} is not offered on {principal.transport}.")
     if type(raw_args) is not dict and not isinstance(raw_args, Mapping):
         return _deny("invalid_arguments", "args must be an object", path="$")
-    reserved = [k for k in RESERVED_ARGS if k in raw_args]
+    # a dict's keys are what ``in`` tests; another mapping answers its own __contains__
+    reserved = (
+        [k for k in RESERVED_ARGS if k in raw_args]
+        if type(raw_args) is not dict or not _RESERVED.isdisjoint(raw_args)
+        else None
+    )
     if reserved:
         return _deny("reserved_arg", f"{reserved[0]} is bound from the session", path=f"$.{reserved[0]}")
     args = clean_args(raw_args)

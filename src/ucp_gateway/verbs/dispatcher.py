@@ -60,6 +60,21 @@ def _safe_digest(args: Any) -> str | None:
         return None
 
 
+_ID_LAST: tuple[Any, str] = (None, "")
+
+
+def _id_text(company_id: Any) -> str:
+    """``str(company_id)``, remembered for the last id object (one company's dispatches repeat it;
+    identity, and the pair holds the object, so a recycled address cannot match)."""
+    global _ID_LAST
+    last = _ID_LAST
+    if company_id is last[0]:
+        return last[1]
+    text = str(company_id)
+    _ID_LAST = (company_id, text)
+    return text
+
+
 def _as_cleaned(args: dict[str, Any]) -> bool:
     """True when consent.clean_args would drop no key of ``args``."""
     for k in args:
@@ -362,7 +377,7 @@ class Dispatcher:
     def _entry(self, principal, company, call, verb, decision: Decision, outcome, status, now) -> dict[str, Any]:
         e: dict[str, Any] = {
             "v": 1,
-            "company_id": str(company.id),
+            "company_id": _id_text(company.id),
             "at": iso(now),
             "verb": verb.name if verb else safe_name(call.verb),
             "decision": outcome,

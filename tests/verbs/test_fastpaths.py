@@ -1,0 +1,139 @@
+"""The dispatcher's shortcuts give what the long way gives: fast frozen-dataclass __init__, the
+remembered iso() text and datetime, and the audit entry's args taken from the digest's JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ucp_gateway.tenancy import Company
+from ucp_gateway.verbs import audit
+from ucp_gateway.verbs.audit import _parse_at, iso, redact, redaction_free
+from ucp_gateway.verbs.consent import canonical_bytes, canonical_json, clean_args
+from ucp_gateway.verbs.decide import Call, Decision, Inputs
+from ucp_gateway.verbs.dispatcher import Dispatcher
+from ucp_gateway.verbs.frozen import fast_init
+from ucp_gateway.verbs.policy import Principal, RiskClass
+
+
+@pytest.mark.parametrize(
+    ("cls", "args", "kwargs"),
+    [
+        (Call, ("x",), {}),
+        (Call, ("x", {"a": 1}, True, "p", "n", "k"), {}),
+        (Call, ("x",), {"idempotency_key": "k", "args": {"b": [1]}}),
+        (Decision, ("deny",), {}),
+        (Decision, ("execute", RiskClass.WRITE_FINANCIAL), {"digest": "d", "approval": {"a": 1}, "args_json": b"{}"}),
+        (Inputs, ("pro", {}, "kid", datetime(2026, 1, 1, tzinfo=UTC), ""), {"deferred": True, "nonce_ttl": 60}),
+        (Principal, ("buyer", uuid.UUID(int=7), "buyer", "https://a.example/p"), {}),
+        (Principal, ("staff", uuid.UUID(int=7), "owner", "u1"), {"transport": "cli"}),
+    ],
+)
+def test_fast_init_builds_what_the_dataclass_init_builds(cls, args, kwargs):
+    fast = cls(*args, **kwargs)
+    ref = object.__new__(cls)
+    cls.__dataclass_init__(ref, *args, **kwargs)
+    assert fast == ref
+    assert [getattr(fast, f.name) for f in dataclasses.fields(cls)] == [
+        getattr(ref, f.name) for f in dataclasses.fields(cls)
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(fast, dataclasses.fields(cls)[0].name, None)
+
+
+def test_fast_init_defaults_and_errors():
+    a, b = Call("x"), Call("x")
+    assert a.args == {} and a.args is not b.args  # default_factory: one dict per instance
+    with pytest.raises(TypeError):
+        Call()  # the required argument is still required
+    with pytest.raises(TypeError):
+        Call("x", nope=1)
+
+    @dataclasses.dataclass
+    class Loose:
+        x: int
+
+    with pytest.raises(TypeError):
+        fast_init(Loose)
+
+
+@pytest.mark.parametrize(
+    "dt",
+    [
+        datetime(2026, 4, 8, 12, 0, 0, 123456, tzinfo=UTC),
+        datetime(2026, 4, 8, 12, 0, 0, tzinfo=UTC),  # no fraction: isoformat omits it
+        datetime(2026, 4, 8, 13, 0, 0, tzinfo=timezone(timedelta(hours=1))),  # same instant, other text
+        datetime(2026, 4, 8, 12, 0, 0),  # naive
+    ],
+)
+def test_iso_and_parse_at_match_the_long_way(dt):
+    text = iso(dt)
+    assert text == dt.isoformat().replace("+00:00", "Z")
+    assert iso(dt) is text  # remembered
+    back = _parse_at(text)
+    assert back == datetime.fromisoformat(text.replace("Z", "+00:00"))
+    assert back.utcoffset() == datetime.fromisoformat(text.replace("Z", "+00:00")).utcoffset()
+    # an equal text that is not the remembered object is parsed
+    copy = "".join(list(text))
+    assert copy is not text and _parse_at(copy) == back
+
+
+def test_iso_keeps_equal_instants_in_other_zones_apart():
+    a = datetime(2026, 4, 8, 12, 0, tzinfo=UTC)
+    b = datetime(2026, 4, 8, 13, 0, tzinfo=timezone(timedelta(hours=1)))
+    assert a == b
+    assert iso(a) == "2026-04-08T12:00:00Z" and iso(b) == "2026-04-08T13:00:00+01:00"
+    assert iso(a) == "2026-04-08T12:00:00Z"
+
+
+json_leaf = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8)
+keys = st.sampled_from(["a", "b", "_c", "token", "card_no", "body_text", "id", "Password"]) | st.text(max_size=5)
+json_values = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_redaction_free_means_redact_changes_nothing(value):
+    if redaction_free(value):
+        assert redact(value) == value
+        assert canonical_json(redact(value)) == canonical_json(value)
+
+
+def test_redaction_free_examples():
+    assert redaction_free({"method": "PUT", "body_text": '{"a":1}', "n": [1, {"x": None}]})
+    assert not redaction_free({"payment": {"card": "4111"}})
+    assert not redaction_free([{"token": 1}])
+    assert not redaction_free({"t": (1, 2)})  # a tuple: not known, the long way decides
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(keys, json_values, max_size=5))
+def test_entry_args_from_the_digest_json_equal_the_redacted_args(args):
+    principal = Principal("buyer", uuid.UUID(int=1), "buyer", "https://agent.example/p", "ucp")
+    company = Company(uuid.UUID(int=1), "s", "S", "pro", "optional")
+    now = datetime(2026, 4, 8, 12, 0, tzinfo=UTC)
+    call = Call("x.y", args)
+    plain = Decision("execute", RiskClass.WRITE_REVERSIBLE, digest="d")
+    fast = Decision("execute", RiskClass.WRITE_REVERSIBLE, digest="d", args_json=canonical_bytes(clean_args(args)))
+    want = Dispatcher._entry(None, principal, company, call, None, plain, "allowed", "completed", now)
+    got = Dispatcher._entry(None, principal, company, call, None, fast, "allowed", "completed", now)
+    assert got == want
+    assert want["args"] == canonical_json(redact(args))[:4000]
+
+
+def test_append_args_time_is_the_entry_time():
+    now = datetime.now(UTC)
+    entry = {"at": iso(now), "verb": "v", "decision": "allowed", "status": "completed", "principal": {"subject": "s"}}
+    args = audit.append_args(uuid.UUID(int=3), entry)
+    assert args[1] == now and args[1].utcoffset() == timedelta(0)
+    entry["at"] = "".join(list(entry["at"]))  # not the remembered object: parsed
+    assert audit.append_args(uuid.UUID(int=3), entry)[1] == now
