@@ -134,22 +134,11 @@ class Dispatcher:
         """The facts ``decide`` needs. ``lazy``: when the only stored fact would be the idempotency
         record (no cap, no principal limit), skip its read and return ``Inputs.deferred = True``:
         the execution's atomic key claim then finds a replay or a conflict (see :meth:`dispatch`)."""
-        # only a typed-phrase preflight mints a nonce (an empty id makes issue_nonce refuse)
-        fresh = secrets.token_hex(8) if verb is not None and _may_mint(verb.policy) else ""
-        base = (company.tier, self._secrets, self._kid, now, fresh)  # Inputs' first five fields
-        ttl = self.settings.verbs_nonce_ttl
-        if verb is None or not verb.is_write or not (type(call.args) is dict or isinstance(call.args, Mapping)):
-            return Inputs(*base, nonce_ttl=ttl)
-        cls = verb.policy.risk_class
-        if verb.policy.escalate is not None:
-            try:
-                cls, _ = verb.policy.escalate(clean_args(call.args), self.registry)
-            except (VerbError, KeyError, TypeError, ValueError):
-                return Inputs(*base, nonce_ttl=ttl)
-        cap_class = cap_class_for(verb, principal, cls)
-        lim = verb.policy.principal_limit
-        if lazy and cap_class is None and (lim is None or principal.kind != "buyer"):
-            return Inputs(*base, nonce_ttl=ttl, deferred=True)
+        plan = self._plan_inputs(verb, principal, call, company, now, lazy)
+        if type(plan) is Inputs:
+            return plan
+        base, ttl, cap_class, lim = plan
+        assert verb is not None
         async with tenant_tx(self.pool, company.id) as conn:
             stored = None
             if call.idempotency_key:
@@ -167,6 +156,28 @@ class Dispatcher:
             stored_digest=stored[0] if stored else None,
         )
 
+    def _plan_inputs(self, verb: Verb | None, principal: Principal, call: Call, company: Company, now, lazy: bool):
+        """The part of :meth:`_inputs` that reads nothing: the Inputs when no stored fact is needed
+        (no coroutine then: :meth:`dispatch` calls this first), else ``(first five Inputs fields,
+        nonce ttl, cap class, principal limit)`` for the read."""
+        # only a typed-phrase preflight mints a nonce (an empty id makes issue_nonce refuse)
+        fresh = secrets.token_hex(8) if verb is not None and _may_mint(verb.policy) else ""
+        base = (company.tier, self._secrets, self._kid, now, fresh)  # Inputs' first five fields
+        ttl = self.settings.verbs_nonce_ttl
+        if verb is None or not verb.is_write or not (type(call.args) is dict or isinstance(call.args, Mapping)):
+            return Inputs(*base, nonce_ttl=ttl)
+        cls = verb.policy.risk_class
+        if verb.policy.escalate is not None:
+            try:
+                cls, _ = verb.policy.escalate(clean_args(call.args), self.registry)
+            except (VerbError, KeyError, TypeError, ValueError):
+                return Inputs(*base, nonce_ttl=ttl)
+        cap_class = cap_class_for(verb, principal, cls)
+        lim = verb.policy.principal_limit
+        if lazy and cap_class is None and (lim is None or principal.kind != "buyer"):
+            return Inputs(*base, nonce_ttl=ttl, deferred=True)
+        return base, ttl, cap_class, lim
+
     # ---- the front door --------------------------------------------------------------------
     async def dispatch(self, principal: Principal, call: Call, *, company: Company | None = None) -> dict[str, Any]:
         """Run one verb call end to end and return its envelope (never raises for a denial).
@@ -183,7 +194,9 @@ class Dispatcher:
             company = await get_company(self.pool, str(principal.company_id))
         verb = self.registry.get(call.verb) if isinstance(call.verb, str) else None
         t0 = time.perf_counter()
-        inputs = await self._inputs(verb, principal, call, company, now, lazy=True)
+        inputs = self._plan_inputs(verb, principal, call, company, now, True)
+        if type(inputs) is not Inputs:  # a stored fact to read first
+            inputs = await self._inputs(verb, principal, call, company, now, lazy=True)
         decision = decide(verb, principal, call, inputs, self.registry)
         if inputs.deferred and decision.outcome != "execute" and call.idempotency_key:
             # a stored receipt would have taken precedence over this refusal: decide on the full facts
@@ -245,7 +258,8 @@ class Dispatcher:
             approval = decision.approval or {}
             if approval.get("nonce_id") and not await store.consume_nonce(conn, company.id, approval["nonce_id"], now):
                 raise VerbError("nonce_used", hint="Call again without confirm for a fresh phrase and nonce.")
-            await self._count(conn, principal, company, verb, decision.cap_class, args, now)
+            if decision.cap_class or (verb.policy.principal_limit is not None and principal.kind == "buyer"):
+                await self._count(conn, principal, company, verb, decision.cap_class, args, now)  # else no-op
             ctx = VerbContext(conn, args, principal, company, now, verb, self, defer_last_write=key is not None)
             result = dict(await verb.handler(ctx))
             entry = self._entry(principal, company, call, verb, decision, "allowed", "completed", now)
