@@ -137,3 +137,28 @@ def test_append_args_time_is_the_entry_time():
     assert args[1] == now and args[1].utcoffset() == timedelta(0)
     entry["at"] = "".join(list(entry["at"]))  # not the remembered object: parsed
     assert audit.append_args(uuid.UUID(int=3), entry)[1] == now
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(keys, json_leaf, max_size=6))
+def test_clean_args_drops_exactly_the_underscore_keys(args):
+    got = clean_args(args)
+    assert got == {k: v for k, v in args.items() if not k.startswith("_")}
+    assert list(got) == [k for k in args if not k.startswith("_")]
+    assert got is not args
+
+
+def test_clean_args_refuses_non_text_keys_as_before():
+    with pytest.raises(AttributeError):
+        clean_args({1: "x"})
+
+
+def test_verb_may_mint_follows_its_policy():
+    from ucp_gateway.verbs import build_registry
+    from ucp_gateway.verbs.policy import Consent
+
+    for verb in build_registry():
+        p = verb.policy
+        want = p.escalate is not None or p.phrase is not None or p.effective_consent() is Consent.TYPED_PHRASE
+        assert verb.may_mint is want
+    assert any(v.may_mint for v in build_registry()) and not all(v.may_mint for v in build_registry())

@@ -31,7 +31,7 @@ from .consent import args_digest, canonical_json, clean_args
 from .context import VerbContext
 from .decide import Call, Decision, Inputs, cap_class_for, decide, gates
 from .errors import REASONS, VerbError
-from .policy import DEFAULT_DAILY_CAPS, Consent, Principal, RiskClass, VerbPolicy
+from .policy import DEFAULT_DAILY_CAPS, Principal, RiskClass
 from .reads import ReadBatcher, ReadJob
 from .registry import Registry, Verb
 from .schemas import shape_validator
@@ -78,20 +78,11 @@ def _id_text(company_id: Any) -> str:
 def _as_cleaned(args: dict[str, Any]) -> bool:
     """True when consent.clean_args would drop no key of ``args``."""
     for k in args:
-        if k.startswith("_"):
+        if type(k) is not str or k[:1] == "_":
             return False
     return True
 
 
-def _may_mint(policy: VerbPolicy) -> bool:
-    """Whether ``decide`` may issue a typed-phrase nonce for this verb (decide._consent: the
-    typed-phrase gate, or an argument-dependent class that may need a phrase)."""
-    if policy.escalate is not None or policy.phrase is not None:
-        return True
-    return policy.effective_consent() is _PHRASE
-
-
-_PHRASE = Consent.TYPED_PHRASE  # enum members read once (a metaclass attribute lookup each time)
 _READ_OR_NONE = (None, RiskClass.READ)
 
 
@@ -161,7 +152,7 @@ class Dispatcher:
         (no coroutine then: :meth:`dispatch` calls this first), else ``(first five Inputs fields,
         nonce ttl, cap class, principal limit)`` for the read."""
         # only a typed-phrase preflight mints a nonce (an empty id makes issue_nonce refuse)
-        fresh = secrets.token_hex(8) if verb is not None and _may_mint(verb.policy) else ""
+        fresh = secrets.token_hex(8) if verb is not None and verb.may_mint else ""
         base = (company.tier, self._secrets, self._kid, now, fresh)  # Inputs' first five fields
         ttl = self.settings.verbs_nonce_ttl
         if verb is None or not verb.is_write or not (type(call.args) is dict or isinstance(call.args, Mapping)):
