@@ -162,3 +162,22 @@ def test_verb_may_mint_follows_its_policy():
         want = p.escalate is not None or p.phrase is not None or p.effective_consent() is Consent.TYPED_PHRASE
         assert verb.may_mint is want
     assert any(v.may_mint for v in build_registry()) and not all(v.may_mint for v in build_registry())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(keys, json_values, max_size=5))
+def test_plain_audit_args_means_the_digest_json_is_the_audit_text(args):
+    from ucp_gateway.verbs.audit import plain_audit_args
+
+    if plain_audit_args(args):
+        assert canonical_bytes(clean_args(args)).decode() == canonical_json(redact(args))
+        assert clean_args(args) == args
+
+
+def test_plain_audit_args_examples():
+    from ucp_gateway.verbs.audit import plain_audit_args
+
+    assert plain_audit_args({"method": "PUT", "body_text": "{}", "id": "c1"})
+    assert not plain_audit_args({"_confirmed": True, "id": "c1"})
+    assert not plain_audit_args({"id": "c1", "x": {"api_token": "t"}})
+    assert not plain_audit_args({"Authorization": "b"})

@@ -32,6 +32,7 @@ __all__ = [
     "append",
     "append_args",
     "append_many",
+    "plain_audit_args",
     "redact",
     "redaction_free",
     "safe_name",
@@ -91,6 +92,27 @@ def redaction_free(value: Any) -> bool:
         else:
             return False
     return True
+
+
+def plain_audit_args(args: dict[str, Any]) -> bool:
+    """True when the audit text of ``args`` (``canonical_json(redact(args))``) is the canonical JSON of
+    ``consent.clean_args(args)``: no top-level key to clean (only str keys, none ``_``-prefixed) and,
+    :func:`redaction_free`, nothing to redact at any depth. ``args`` must not be cyclic."""
+    memo, nested = _SECRET_MEMO, None
+    for k, v in args.items():
+        if type(k) is not str or k[:1] == "_":
+            return False
+        hit = memo.get(k)
+        if hit is None:
+            hit = _secret_key(k)
+        if hit:
+            return False
+        if type(v) not in _LEAVES:
+            if nested is None:
+                nested = [v]
+            else:
+                nested.append(v)
+    return nested is None or redaction_free(nested)
 
 
 def safe_name(name: Any) -> str:

@@ -26,7 +26,7 @@ from ..config import Settings
 from ..db import tenant_tx
 from ..tenancy import Company, get_company
 from . import audit, store
-from .audit import iso, redact, redaction_free, safe_name
+from .audit import iso, plain_audit_args, redact, safe_name
 from .consent import args_digest, canonical_json, clean_args
 from .context import VerbContext
 from .decide import Call, Decision, Inputs, cap_class_for, decide, gates
@@ -73,14 +73,6 @@ def _id_text(company_id: Any) -> str:
     text = str(company_id)
     _ID_LAST = (company_id, text)
     return text
-
-
-def _as_cleaned(args: dict[str, Any]) -> bool:
-    """True when consent.clean_args would drop no key of ``args``."""
-    for k in args:
-        if type(k) is not str or k[:1] == "_":
-            return False
-    return True
 
 
 _READ_OR_NONE = (None, RiskClass.READ)
@@ -399,7 +391,7 @@ class Dispatcher:
         args = call.args
         if (type(args) is dict or isinstance(args, Mapping)) and (verb is None or verb.policy.audit_args):
             aj = decision.args_json  # canonical JSON of the cleaned args (the digest's input)
-            if aj is not None and type(args) is dict and _as_cleaned(args) and redaction_free(args):
+            if aj is not None and type(args) is dict and plain_audit_args(args):
                 e["args"] = aj.decode()[:4000]  # = canonical_json(redact(args)): nothing to clean or redact
             else:
                 try:
