@@ -181,3 +181,42 @@ def test_plain_audit_args_examples():
     assert not plain_audit_args({"_confirmed": True, "id": "c1"})
     assert not plain_audit_args({"id": "c1", "x": {"api_token": "t"}})
     assert not plain_audit_args({"Authorization": "b"})
+
+
+def _success_reference(verb, result, audit_id, key, entry, now):
+    """Dispatcher._success as it was written before (the dict-merge form), validation off."""
+    env = {"ok": True, "verb": verb.name, "audit_id": audit_id}
+    if key is not None:
+        receipt = {"status": "completed", "audit_id": audit_id, "idempotency_key": key, "timestamp": iso(now)}
+        if entry.get("rollback_handle"):
+            receipt["rollback_handle"] = entry["rollback_handle"]
+        result = {**receipt, **result}
+        if verb.shape != "revert":
+            result["audit_id"] = audit_id
+        env.update(
+            idempotency_key=key,
+            **({"rollback_handle": receipt["rollback_handle"]} if "rollback_handle" in receipt else {}),
+        )
+    env["result"] = result
+    return env
+
+
+@pytest.mark.parametrize("shape", ["receipt", "revert", "aggregate"])
+@pytest.mark.parametrize("key", [None, "k1"])
+@pytest.mark.parametrize("handle", [None, "", "checkout.update:k1"])
+@pytest.mark.parametrize(
+    "result",
+    [{"http_status": 200, "body": "{}"}, {"status": "x", "audit_id": 9, "rollback_handle": "h2", "z": [1]}, {}],
+)
+def test_success_envelope_keeps_its_fields_and_order(shape, key, handle, result):
+    class _Verb:
+        name = "checkout.update"
+
+    verb = _Verb()
+    verb.shape = shape
+    now = datetime(2026, 4, 8, 12, 0, 0, 5, tzinfo=UTC)
+    entry = {"rollback_handle": handle}
+    got = Dispatcher._success(None, verb, dict(result), 7, key, entry, now, validate=False)
+    want = _success_reference(verb, dict(result), 7, key, entry, now)
+    assert got == want
+    assert list(got) == list(want) and list(got["result"]) == list(want["result"])

@@ -343,21 +343,18 @@ class Dispatcher:
     ) -> dict[str, Any]:
         env: dict[str, Any] = {"ok": True, "verb": verb.name, "audit_id": audit_id}
         if key is not None:
-            receipt = {
-                "status": "completed",
-                "audit_id": audit_id,
-                "idempotency_key": key,
-                "timestamp": iso(now),
-            }
-            if entry.get("rollback_handle"):
-                receipt["rollback_handle"] = entry["rollback_handle"]
-            result = {**receipt, **result}
+            handle = entry.get("rollback_handle")
+            # the receipt's fields first, then the handler's (which win), as {**receipt, **result}
+            receipt = {"status": "completed", "audit_id": audit_id, "idempotency_key": key, "timestamp": iso(now)}
+            if handle:
+                receipt["rollback_handle"] = handle
+            receipt.update(result)
+            result = receipt
             if verb.shape != "revert":  # a revert's audit_id names the reverted action (revert.json)
                 result["audit_id"] = audit_id
-            env.update(
-                idempotency_key=key,
-                **({"rollback_handle": receipt["rollback_handle"]} if "rollback_handle" in receipt else {}),
-            )
+            env["idempotency_key"] = key
+            if handle:
+                env["rollback_handle"] = handle
         if validate:
             self._check_output(verb, result)
         env["result"] = result
