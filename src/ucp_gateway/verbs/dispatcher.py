@@ -173,7 +173,8 @@ class Dispatcher:
         Raises: CompanyNotFound when the principal's company does not exist.
         """
         now = self.clock.now()
-        if company is None or company.id != principal.company_id:
+        # identity first: a transport builds the principal from the company it loaded (UUID's == is Python)
+        if company is None or (company.id is not principal.company_id and company.id != principal.company_id):
             company = await get_company(self.pool, str(principal.company_id))
         verb = self.registry.get(call.verb) if isinstance(call.verb, str) else None
         t0 = time.perf_counter()
@@ -238,24 +239,28 @@ class Dispatcher:
                 ):
                     got = await store.stored_key(conn, principal.key, verb.name, key, now)
                     raise _Replay(got[0], got[1]) if got else VerbError("execution_failed")
-            approval = decision.approval or {}
-            if approval.get("nonce_id") and not await store.consume_nonce(conn, company.id, approval["nonce_id"], now):
+            approval = decision.approval
+            if (
+                approval
+                and approval.get("nonce_id")
+                and not await store.consume_nonce(conn, company.id, approval["nonce_id"], now)
+            ):
                 raise VerbError("nonce_used", hint="Call again without confirm for a fresh phrase and nonce.")
             if decision.cap_class or (verb.policy.principal_limit is not None and principal.kind == "buyer"):
                 await self._count(conn, principal, company, verb, decision.cap_class, args, now)  # else no-op
             ctx = VerbContext(conn, args, principal, company, now, verb, self, defer_last_write=key is not None)
             result = dict(await verb.handler(ctx))
             entry = self._entry(principal, company, call, verb, decision, "allowed", "completed", now)
-            entry.update(elapsed_us=int((time.perf_counter() - t0) * 1e6), entity=ctx.entity)
+            entry["elapsed_us"] = int((time.perf_counter() - t0) * 1e6)
+            entry["entity"] = ctx.entity
             if key is not None:
-                entry.update(
-                    idempotency_key=key,
-                    reversible=verb.policy.revert is not None,
-                    rollback_handle=ctx.rollback_handle or (f"{verb.name}:{key}" if verb.policy.revert else None),
-                    revert_data=ctx.revert_data,
-                    children=ctx.children or None,
-                    transaction_id=ctx.transaction_id,
-                )
+                revert = verb.policy.revert
+                entry["idempotency_key"] = key
+                entry["reversible"] = revert is not None
+                entry["rollback_handle"] = ctx.rollback_handle or (f"{verb.name}:{key}" if revert else None)
+                entry["revert_data"] = ctx.revert_data
+                entry["children"] = ctx.children or None
+                entry["transaction_id"] = ctx.transaction_id
             if key is None:
                 await ctx.flush_last_write()
                 audit_id, _ = await audit.append(conn, company.id, entry)
@@ -279,7 +284,8 @@ class Dispatcher:
             env["audit_id"] = audit_id
             if patch:
                 env["result"]["audit_id"] = audit_id
-            self._check_output(verb, env["result"])
+            if self.validate_output:
+                self._check_output(verb, env["result"])
         return env
 
     async def _count(self, conn, principal, company, verb: Verb, cap_class, args, now) -> None:
