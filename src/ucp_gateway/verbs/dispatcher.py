@@ -239,12 +239,8 @@ class Dispatcher:
                 ):
                     got = await store.stored_key(conn, principal.key, verb.name, key, now)
                     raise _Replay(got[0], got[1]) if got else VerbError("execution_failed")
-            approval = decision.approval
-            if (
-                approval
-                and approval.get("nonce_id")
-                and not await store.consume_nonce(conn, company.id, approval["nonce_id"], now)
-            ):
+            approval = decision.approval or {}
+            if approval.get("nonce_id") and not await store.consume_nonce(conn, company.id, approval["nonce_id"], now):
                 raise VerbError("nonce_used", hint="Call again without confirm for a fresh phrase and nonce.")
             if decision.cap_class or (verb.policy.principal_limit is not None and principal.kind == "buyer"):
                 await self._count(conn, principal, company, verb, decision.cap_class, args, now)  # else no-op
