@@ -15,6 +15,10 @@ Instructions per flow (callgrind, instrumentation on only around the measured fl
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/cg.out \\
         python bench/flow_inproc.py --mode verbs --flows 100 --callgrind
     # read "totals:" in /tmp/cg.out (or callgrind_annotate) and divide by 3 * --flows for a request
+
+A whole flow's count varies by about +-4 % between runs (the event loop's iterations and the
+time-driven work depend on PostgreSQL's timing), so compare several runs; bench/verbs_pieces.py
+counts the verb runtime's own steps deterministically.
 """
 
 from __future__ import annotations
