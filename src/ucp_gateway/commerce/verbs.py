@@ -79,11 +79,13 @@ def result_of(out: Outcome, *, read: bool, entity: str) -> dict[str, Any]:
 
 
 def _handler(name: str, op: Op, read: bool):
+    entity_type = "checkout_session" if name.startswith("checkout") else "order"
+
     async def handler(ctx: VerbContext) -> dict[str, Any]:
         cctx = CURRENT.get()
         if not read:  # the operation's last write goes out with the audit row (one round trip)
             cctx = cctx.with_last_write(ctx.write_last)
-        args = dict(ctx.args)
+        args = ctx.args if type(ctx.args) is dict else dict(ctx.args)  # the dispatcher's own copy
         try:
             # no savepoint: operations raise 4xx only before their first write (service.py contract)
             out = await op(ctx.conn, cctx, args)
@@ -92,7 +94,7 @@ def _handler(name: str, op: Op, read: bool):
                 raise
             out = Outcome(exc.http_status, exc.to_body())
         entity = args.get("id") or (out.body.get("id") if isinstance(out.body, dict) else None) or "-"
-        ctx.set_entity("checkout_session" if name.startswith("checkout") else "order", str(entity))
+        ctx.set_entity(entity_type, str(entity))
         return result_of(out, read=read, entity=str(entity))
 
     return handler

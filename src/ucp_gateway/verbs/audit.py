@@ -32,7 +32,9 @@ __all__ = [
     "append",
     "append_args",
     "append_many",
+    "plain_audit_args",
     "redact",
+    "redaction_free",
     "safe_name",
     "trail",
     "verify_chain",
@@ -69,13 +71,80 @@ def redact(value: Any) -> Any:
     return value
 
 
+def redaction_free(value: Any) -> bool:
+    """True when :func:`redact` would change nothing in ``value``: only exact dicts, lists and JSON
+    leaves, and no secret-looking key at any depth. False (not known) for anything else, e.g.
+    tuples or other mappings. ``value`` must not be cyclic."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t in _LEAVES:
+            continue
+        if t is dict:
+            for k, x in v.items():
+                if _secret_key(k):
+                    return False
+                if type(x) not in _LEAVES:
+                    stack.append(x)
+        elif t is list:
+            stack.extend(v)
+        else:
+            return False
+    return True
+
+
+def plain_audit_args(args: dict[str, Any]) -> bool:
+    """True when the audit text of ``args`` (``canonical_json(redact(args))``) is the canonical JSON of
+    ``consent.clean_args(args)``: no top-level key to clean (only str keys, none ``_``-prefixed) and,
+    :func:`redaction_free`, nothing to redact at any depth. ``args`` must not be cyclic."""
+    memo, nested = _SECRET_MEMO, None
+    for k, v in args.items():
+        if type(k) is not str or k[:1] == "_":
+            return False
+        hit = memo.get(k)
+        if hit is None:
+            hit = _secret_key(k)
+        if hit:
+            return False
+        if type(v) not in _LEAVES:
+            if nested is None:
+                nested = [v]
+            else:
+                nested.append(v)
+    return nested is None or redaction_free(nested)
+
+
 def safe_name(name: Any) -> str:
     """A caller-supplied verb name made safe to store (no control characters, at most 100 chars)."""
     return _CONTROL.sub("?", str(name))[:100] or "?"
 
 
+# the last (datetime, text) pair iso() made: a dispatch formats its one ``now`` several times (entry,
+# receipt, approval) and append_args turns the text back into that datetime. Identity, not equality:
+# equal instants in other zones have other texts. The pair holds its datetime, so ``is`` cannot
+# match a new object at a recycled address.
+_ISO_LAST: tuple[datetime | None, str] = (None, "")
+
+
 def iso(dt: datetime) -> str:
-    return dt.isoformat().replace("+00:00", "Z")
+    """RFC 3339 text of ``dt`` (``datetime.isoformat`` with ``+00:00`` written ``Z``)."""
+    global _ISO_LAST
+    last = _ISO_LAST
+    if dt is last[0]:
+        return last[1]
+    text = dt.isoformat().replace("+00:00", "Z")
+    _ISO_LAST = (dt, text)
+    return text
+
+
+def _parse_at(text: str) -> datetime:
+    """The datetime of an entry's ``at`` text: the one iso() formatted it from when it is that very
+    text object (the same instant, zone and microseconds as parsing gives), else parsed."""
+    last = _ISO_LAST
+    if text is last[1] and last[0] is not None:
+        return last[0]
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 async def append(conn: asyncpg.Connection, company_id: UUID, entry: dict[str, Any]) -> tuple[int, int]:
@@ -96,7 +165,7 @@ def append_args(company_id: UUID, entry: dict[str, Any]) -> tuple[Any, ...]:
     decision, status, principal subject, entry as jsonb, canonical JSON that the chain hashes)."""
     return (
         company_id,
-        datetime.fromisoformat(entry["at"].replace("Z", "+00:00")),
+        _parse_at(entry["at"]),
         entry["verb"],
         entry["decision"],
         entry["status"],

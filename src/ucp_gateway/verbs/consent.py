@@ -122,8 +122,12 @@ def canonical_json(value: Any) -> str:
 
 
 def clean_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    """Arguments without control keys (``_confirmed`` and any other ``_``-prefixed key; G9)."""
-    return {k: v for k, v in args.items() if not k.startswith("_")}
+    """Arguments without control keys (``_confirmed`` and any other ``_``-prefixed key; G9).
+    Always a new dict."""
+    for k in args:  # usually nothing to drop: then a plain copy
+        if type(k) is not str or k[:1] == "_":
+            return {k: v for k, v in args.items() if not k.startswith("_")}
+    return dict(args)
 
 
 def args_digest(args: Mapping[str, Any]) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from .consent import canonical_bytes, clean_args, issue_nonce, verify_nonce
 from .errors import REASONS, VerbError
+from .frozen import fast_init
 from .policy import (
     CLASS_FLOOR,
     ROLES,
@@ -38,8 +39,15 @@ from .registry import RESERVED_ARGS, Registry, Verb
 __all__ = ["Call", "Decision", "Inputs", "cap_class_for", "decide", "gates"]
 
 CONTROL_KEYS = ("confirm", "typed_phrase", "nonce", "idempotency_key")
+# members read once: an enum member is a class attribute lookup through the enum's metaclass
+_READ, _BLOCKED = RiskClass.READ, RiskClass.BLOCKED
+_NOT_WRITE = (RiskClass.READ, RiskClass.BLOCKED)
+_RESERVED = frozenset(RESERVED_ARGS)
+_NONE, _CLICK, _PHRASE, _PAYMENT = Consent.NONE, Consent.CLICK, Consent.TYPED_PHRASE, Consent.PAYMENT_CREDENTIAL
+_NO_STEP = (Consent.NONE, Consent.PAYMENT_CREDENTIAL)  # consents that need no confirm step
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Call:
     """One dispatch request as a transport hands it over (control fields at the top level, G9)."""
@@ -52,6 +60,7 @@ class Call:
     idempotency_key: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Inputs:
     """What the shell loaded for :func:`decide`.
@@ -80,6 +89,7 @@ class Inputs:
     deferred: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     """``outcome``: deny | pending | replay | execute. Denials carry reason/message/hint/path."""
@@ -94,6 +104,9 @@ class Decision:
     approval: dict[str, Any] | None = None
     cap_class: str | None = None
     digest: str = ""
+    #: canonical JSON bytes of the cleaned arguments that ``digest`` hashes (an execute only), so
+    #: the audit entry need not write them again (dispatcher._entry)
+    args_json: bytes | None = field(default=None, repr=False, compare=False)
 
     def error(self) -> VerbError:
         return VerbError(self.reason or "denied", self.message, hint=self.hint, path=self.path)
@@ -115,13 +128,13 @@ def decide(
     Returns: a :class:`Decision`; ``pending`` holds the typed phrase and a fresh nonce when the
         caller must confirm; ``approval`` records the consent trail of an ``execute``.
     """
-    gate = gates(verb, principal, call.verb, call.args, inputs.company_tier, registry)
+    gate = _gates(verb, principal, call.verb, call.args, inputs.company_tier, registry)
     if isinstance(gate, Decision):
         return gate
     assert verb is not None
     policy = verb.policy
-    cls, phrase, digest, args = gate
-    write = cls not in (RiskClass.READ, RiskClass.BLOCKED)
+    cls, phrase, digest, args, args_json = gate
+    write = cls not in _NOT_WRITE
     if write and inputs.stored_digest is not None:
         if inputs.stored_digest != digest:
             return _deny(
@@ -146,12 +159,12 @@ def decide(
         want = int(args.get(lim.amount_arg, 0)) if lim.amount_arg else 0
         if (lim.calls is not None and calls >= lim.calls) or (lim.amount is not None and amount + want > lim.amount):
             return _deny("principal_limit_exceeded", cls=cls, digest=digest)
-    return _consent(verb, principal, call, inputs, cls, phrase, digest, cap_class)
+    return _consent(verb, principal, call, inputs, cls, phrase, digest, cap_class, args_json)
 
 
 def cap_class_for(verb: Verb, principal: Principal, cls: RiskClass) -> str | None:
     """The company cap bucket this call counts against (None: not counted)."""
-    cap = verb.policy.effective_cap_class(principal.kind) if cls not in (RiskClass.READ, RiskClass.BLOCKED) else None
+    cap = verb.policy.effective_cap_class(principal.kind) if cls not in _NOT_WRITE else None
     if cap is not None and cls is not verb.policy.risk_class and cap == verb.policy.risk_class.name:
         cap = cls.name
     return cap
@@ -171,7 +184,20 @@ def gates(
     Returns a deny :class:`Decision`, or ``(risk_class, phrase, args_digest, cleaned_args)``.
     Also used for transaction and macro steps.
     """
-    if is_blocked_name(name) or (verb is not None and verb.policy.risk_class is RiskClass.BLOCKED):
+    gate = _gates(verb, principal, name, raw_args, company_tier, registry)
+    return gate if isinstance(gate, Decision) else gate[:4]
+
+
+def _gates(
+    verb: Verb | None,
+    principal: Principal,
+    name: str,
+    raw_args: Any,
+    company_tier: str,
+    registry: Registry | None = None,
+) -> Decision | tuple[RiskClass, str | None, str, dict[str, Any], bytes]:
+    """:func:`gates`, also returning the canonical JSON bytes the digest hashes."""
+    if is_blocked_name(name) or (verb is not None and verb.policy.risk_class is _BLOCKED):
         return _deny("blocked_verb", hint="Use a permitted alternative (e.g. gdpr_delete_contact).")
     policy = verb.policy if verb else None
     if verb is None or policy is None or (policy.admin_only and not role_at_least(principal.role, "admin")):
@@ -182,7 +208,12 @@ def gates(
         return _deny("surface_not_allowed", f"{verb.name} is not offered on {principal.transport}.")
     if type(raw_args) is not dict and not isinstance(raw_args, Mapping):
         return _deny("invalid_arguments", "args must be an object", path="$")
-    reserved = [k for k in RESERVED_ARGS if k in raw_args]
+    # a dict's keys are what ``in`` tests; another mapping answers its own __contains__
+    reserved = (
+        [k for k in RESERVED_ARGS if k in raw_args]
+        if type(raw_args) is not dict or not _RESERVED.isdisjoint(raw_args)
+        else None
+    )
     if reserved:
         return _deny("reserved_arg", f"{reserved[0]} is bound from the session", path=f"$.{reserved[0]}")
     args = clean_args(raw_args)
@@ -195,7 +226,8 @@ def gates(
             hint=f"See input_schema: GET /api/v1/agent/verbs/{verb.name}",
         )
     try:
-        digest = hashlib.sha256(canonical_bytes(args)).hexdigest()  # consent.args_digest of clean args
+        args_json = canonical_bytes(args)
+        digest = hashlib.sha256(args_json).hexdigest()  # consent.args_digest of clean args
     except (TypeError, ValueError):  # NaN, Infinity or non-JSON values
         return _deny("invalid_arguments", "arguments must be plain JSON (no NaN or Infinity)", path="$")
     cls, phrase = policy.risk_class, None
@@ -218,19 +250,21 @@ def gates(
         floor = max(policy.effective_floor(), CLASS_FLOOR.get(cls, "owner"), key=ROLES.index)
         if not role_at_least(principal.role, floor):
             return _deny("role_denied", f"{verb.name} needs role {floor} or higher.", cls=cls, digest=digest)
-    return cls, phrase, digest, args
+    return cls, phrase, digest, args, args_json
 
 
-def _consent(verb: Verb, principal: Principal, call: Call, inputs: Inputs, cls, phrase, digest, cap_class) -> Decision:
+def _consent(
+    verb: Verb, principal: Principal, call: Call, inputs: Inputs, cls, phrase, digest, cap_class, args_json=None
+) -> Decision:
     policy = verb.policy
     consent = policy.effective_consent()
-    if cls is not policy.risk_class and consent is not Consent.PAYMENT_CREDENTIAL:
-        consent = Consent.TYPED_PHRASE if phrase is not None else (Consent.CLICK if cls else Consent.NONE)
-    if consent in (Consent.NONE, Consent.PAYMENT_CREDENTIAL):
-        return Decision("execute", cls, cap_class=cap_class, digest=digest, approval=None)
+    if cls is not policy.risk_class and consent is not _PAYMENT:
+        consent = _PHRASE if phrase is not None else (_CLICK if cls else _NONE)
+    if consent in _NO_STEP:
+        return Decision("execute", cls, cap_class=cap_class, digest=digest, approval=None, args_json=args_json)
     remaining = None if inputs.cap_limit is None or not cap_class else max(inputs.cap_limit - inputs.cap_used, 0)
     base = {"risk_class": cls.name, "role_floor": policy.effective_floor(), "cap_remaining": remaining}
-    if consent is Consent.CLICK:
+    if consent is _CLICK:
         if not call.confirm:
             return Decision(
                 "pending",
@@ -242,7 +276,9 @@ def _consent(verb: Verb, principal: Principal, call: Call, inputs: Inputs, cls, 
                 cap_class=cap_class,
                 digest=digest,
             )
-        return Decision("execute", cls, cap_class=cap_class, digest=digest, approval={"confirm": "click"})
+        return Decision(
+            "execute", cls, cap_class=cap_class, digest=digest, approval={"confirm": "click"}, args_json=args_json
+        )
     assert phrase is not None
     now_s = int(inputs.now.timestamp())
     ckey = str(principal.company_id)
@@ -313,4 +349,4 @@ def _consent(verb: Verb, principal: Principal, call: Call, inputs: Inputs, cls, 
         "approved_by": principal.key,
         "phrase": phrase,
     }
-    return Decision("execute", cls, cap_class=cap_class, digest=digest, approval=approval)
+    return Decision("execute", cls, cap_class=cap_class, digest=digest, approval=approval, args_json=args_json)

@@ -26,12 +26,12 @@ from ..config import Settings
 from ..db import tenant_tx
 from ..tenancy import Company, get_company
 from . import audit, store
-from .audit import iso, redact, safe_name
+from .audit import iso, plain_audit_args, redact, safe_name
 from .consent import args_digest, canonical_json, clean_args
 from .context import VerbContext
 from .decide import Call, Decision, Inputs, cap_class_for, decide, gates
 from .errors import REASONS, VerbError
-from .policy import DEFAULT_DAILY_CAPS, Consent, Principal, RiskClass, VerbPolicy
+from .policy import DEFAULT_DAILY_CAPS, Principal, RiskClass
 from .reads import ReadBatcher, ReadJob
 from .registry import Registry, Verb
 from .schemas import shape_validator
@@ -60,12 +60,22 @@ def _safe_digest(args: Any) -> str | None:
         return None
 
 
-def _may_mint(policy: VerbPolicy) -> bool:
-    """Whether ``decide`` may issue a typed-phrase nonce for this verb (decide._consent: the
-    typed-phrase gate, or an argument-dependent class that may need a phrase)."""
-    if policy.escalate is not None or policy.phrase is not None:
-        return True
-    return policy.effective_consent() is Consent.TYPED_PHRASE
+_ID_LAST: tuple[Any, str] = (None, "")
+
+
+def _id_text(company_id: Any) -> str:
+    """``str(company_id)``, remembered for the last id object (one company's dispatches repeat it;
+    identity, and the pair holds the object, so a recycled address cannot match)."""
+    global _ID_LAST
+    last = _ID_LAST
+    if company_id is last[0]:
+        return last[1]
+    text = str(company_id)
+    _ID_LAST = (company_id, text)
+    return text
+
+
+_READ_OR_NONE = (None, RiskClass.READ)
 
 
 class _Replay(Exception):
@@ -107,27 +117,11 @@ class Dispatcher:
         """The facts ``decide`` needs. ``lazy``: when the only stored fact would be the idempotency
         record (no cap, no principal limit), skip its read and return ``Inputs.deferred = True``:
         the execution's atomic key claim then finds a replay or a conflict (see :meth:`dispatch`)."""
-        base = {
-            "company_tier": company.tier,
-            "secrets": self._secrets,
-            "current_kid": self._kid,
-            "now": now,
-            # only a typed-phrase preflight mints a nonce (an empty id makes issue_nonce refuse)
-            "fresh_nonce_id": secrets.token_hex(8) if verb is not None and _may_mint(verb.policy) else "",
-            "nonce_ttl": self.settings.verbs_nonce_ttl,
-        }
-        if verb is None or not verb.is_write or not (type(call.args) is dict or isinstance(call.args, Mapping)):
-            return Inputs(**base)
-        cls = verb.policy.risk_class
-        if verb.policy.escalate is not None:
-            try:
-                cls, _ = verb.policy.escalate(clean_args(call.args), self.registry)
-            except (VerbError, KeyError, TypeError, ValueError):
-                return Inputs(**base)
-        cap_class = cap_class_for(verb, principal, cls)
-        lim = verb.policy.principal_limit
-        if lazy and cap_class is None and (lim is None or principal.kind != "buyer"):
-            return Inputs(**base, deferred=True)
+        plan = self._plan_inputs(verb, principal, call, company, now, lazy)
+        if type(plan) is Inputs:
+            return plan
+        base, ttl, cap_class, lim = plan
+        assert verb is not None
         async with tenant_tx(self.pool, company.id) as conn:
             stored = None
             if call.idempotency_key:
@@ -137,12 +131,35 @@ class Dispatcher:
             if lim is not None and principal.kind == "buyer":
                 pused = await store.principal_used(conn, principal.key, lim.key or verb.name, now.date())
         return Inputs(
-            **base,
+            *base,
+            nonce_ttl=ttl,
             cap_used=used,
             cap_limit=self.cap_limit(company, cap_class),
             principal_used=pused,
             stored_digest=stored[0] if stored else None,
         )
+
+    def _plan_inputs(self, verb: Verb | None, principal: Principal, call: Call, company: Company, now, lazy: bool):
+        """The part of :meth:`_inputs` that reads nothing: the Inputs when no stored fact is needed
+        (no coroutine then: :meth:`dispatch` calls this first), else ``(first five Inputs fields,
+        nonce ttl, cap class, principal limit)`` for the read."""
+        # only a typed-phrase preflight mints a nonce (an empty id makes issue_nonce refuse)
+        fresh = secrets.token_hex(8) if verb is not None and verb.may_mint else ""
+        base = (company.tier, self._secrets, self._kid, now, fresh)  # Inputs' first five fields
+        ttl = self.settings.verbs_nonce_ttl
+        if verb is None or not verb.is_write or not (type(call.args) is dict or isinstance(call.args, Mapping)):
+            return Inputs(*base, nonce_ttl=ttl)
+        cls = verb.policy.risk_class
+        if verb.policy.escalate is not None:
+            try:
+                cls, _ = verb.policy.escalate(clean_args(call.args), self.registry)
+            except (VerbError, KeyError, TypeError, ValueError):
+                return Inputs(*base, nonce_ttl=ttl)
+        cap_class = cap_class_for(verb, principal, cls)
+        lim = verb.policy.principal_limit
+        if lazy and cap_class is None and (lim is None or principal.kind != "buyer"):
+            return Inputs(*base, nonce_ttl=ttl, deferred=True)
+        return base, ttl, cap_class, lim
 
     # ---- the front door --------------------------------------------------------------------
     async def dispatch(self, principal: Principal, call: Call, *, company: Company | None = None) -> dict[str, Any]:
@@ -156,11 +173,14 @@ class Dispatcher:
         Raises: CompanyNotFound when the principal's company does not exist.
         """
         now = self.clock.now()
-        if company is None or company.id != principal.company_id:
+        # identity first: a transport builds the principal from the company it loaded (UUID's == is Python)
+        if company is None or (company.id is not principal.company_id and company.id != principal.company_id):
             company = await get_company(self.pool, str(principal.company_id))
         verb = self.registry.get(call.verb) if isinstance(call.verb, str) else None
         t0 = time.perf_counter()
-        inputs = await self._inputs(verb, principal, call, company, now, lazy=True)
+        inputs = self._plan_inputs(verb, principal, call, company, now, True)
+        if type(inputs) is not Inputs:  # a stored fact to read first
+            inputs = await self._inputs(verb, principal, call, company, now, lazy=True)
         decision = decide(verb, principal, call, inputs, self.registry)
         if inputs.deferred and decision.outcome != "execute" and call.idempotency_key:
             # a stored receipt would have taken precedence over this refusal: decide on the full facts
@@ -171,7 +191,7 @@ class Dispatcher:
         if decision.outcome == "replay":
             return await self._replay(principal, company, call, verb, decision, now)
         assert verb is not None
-        write = decision.risk_class not in (None, RiskClass.READ)
+        write = decision.risk_class not in _READ_OR_NONE
         key = (call.idempotency_key or secrets.token_hex(8)) if write else None
         try:
             if key is None:
@@ -227,20 +247,21 @@ class Dispatcher:
             approval = decision.approval or {}
             if approval.get("nonce_id") and not await store.consume_nonce(conn, company.id, approval["nonce_id"], now):
                 raise VerbError("nonce_used", hint="Call again without confirm for a fresh phrase and nonce.")
-            await self._count(conn, principal, company, verb, decision.cap_class, args, now)
+            if decision.cap_class or (verb.policy.principal_limit is not None and principal.kind == "buyer"):
+                await self._count(conn, principal, company, verb, decision.cap_class, args, now)  # else no-op
             ctx = VerbContext(conn, args, principal, company, now, verb, self, defer_last_write=key is not None)
             result = dict(await verb.handler(ctx))
             entry = self._entry(principal, company, call, verb, decision, "allowed", "completed", now)
-            entry.update(elapsed_us=int((time.perf_counter() - t0) * 1e6), entity=ctx.entity)
+            entry["elapsed_us"] = int((time.perf_counter() - t0) * 1e6)
+            entry["entity"] = ctx.entity
             if key is not None:
-                entry.update(
-                    idempotency_key=key,
-                    reversible=verb.policy.revert is not None,
-                    rollback_handle=ctx.rollback_handle or (f"{verb.name}:{key}" if verb.policy.revert else None),
-                    revert_data=ctx.revert_data,
-                    children=ctx.children or None,
-                    transaction_id=ctx.transaction_id,
-                )
+                revert = verb.policy.revert
+                entry["idempotency_key"] = key
+                entry["reversible"] = revert is not None
+                entry["rollback_handle"] = ctx.rollback_handle or (f"{verb.name}:{key}" if revert else None)
+                entry["revert_data"] = ctx.revert_data
+                entry["children"] = ctx.children or None
+                entry["transaction_id"] = ctx.transaction_id
             if key is None:
                 await ctx.flush_last_write()
                 audit_id, _ = await audit.append(conn, company.id, entry)
@@ -267,7 +288,8 @@ class Dispatcher:
             env["audit_id"] = audit_id
             if patch:
                 env["result"]["audit_id"] = audit_id
-            self._check_output(verb, env["result"])
+            if self.validate_output:
+                self._check_output(verb, env["result"])
         return env
 
     async def _count(self, conn, principal, company, verb: Verb, cap_class, args, now) -> None:
@@ -331,21 +353,18 @@ class Dispatcher:
     ) -> dict[str, Any]:
         env: dict[str, Any] = {"ok": True, "verb": verb.name, "audit_id": audit_id}
         if key is not None:
-            receipt = {
-                "status": "completed",
-                "audit_id": audit_id,
-                "idempotency_key": key,
-                "timestamp": iso(now),
-            }
-            if entry.get("rollback_handle"):
-                receipt["rollback_handle"] = entry["rollback_handle"]
-            result = {**receipt, **result}
+            handle = entry.get("rollback_handle")
+            # the receipt's fields first, then the handler's (which win), as {**receipt, **result}
+            receipt = {"status": "completed", "audit_id": audit_id, "idempotency_key": key, "timestamp": iso(now)}
+            if handle:
+                receipt["rollback_handle"] = handle
+            receipt.update(result)
+            result = receipt
             if verb.shape != "revert":  # a revert's audit_id names the reverted action (revert.json)
                 result["audit_id"] = audit_id
-            env.update(
-                idempotency_key=key,
-                **({"rollback_handle": receipt["rollback_handle"]} if "rollback_handle" in receipt else {}),
-            )
+            env["idempotency_key"] = key
+            if handle:
+                env["rollback_handle"] = handle
         if validate:
             self._check_output(verb, result)
         env["result"] = result
@@ -362,7 +381,7 @@ class Dispatcher:
     def _entry(self, principal, company, call, verb, decision: Decision, outcome, status, now) -> dict[str, Any]:
         e: dict[str, Any] = {
             "v": 1,
-            "company_id": str(company.id),
+            "company_id": _id_text(company.id),
             "at": iso(now),
             "verb": verb.name if verb else safe_name(call.verb),
             "decision": outcome,
@@ -376,11 +395,16 @@ class Dispatcher:
             e["reason"] = decision.reason
         if decision.approval:
             e["approval"] = {k: v for k, v in decision.approval.items() if k != "phrase"} | {"approved_at": iso(now)}
-        if (type(call.args) is dict or isinstance(call.args, Mapping)) and (verb is None or verb.policy.audit_args):
-            try:
-                e["args"] = canonical_json(redact(call.args))[:4000]
-            except (TypeError, ValueError):
-                e["args"] = None
+        args = call.args
+        if (type(args) is dict or isinstance(args, Mapping)) and (verb is None or verb.policy.audit_args):
+            aj = decision.args_json  # canonical JSON of the cleaned args (the digest's input)
+            if aj is not None and type(args) is dict and plain_audit_args(args):
+                e["args"] = aj.decode()[:4000]  # = canonical_json(redact(args)): nothing to clean or redact
+            else:
+                try:
+                    e["args"] = canonical_json(redact(args))[:4000]
+                except (TypeError, ValueError):
+                    e["args"] = None
         return e
 
     async def _write(self, company: Company, entry: dict[str, Any]) -> int:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from uuid import UUID
 
+from .frozen import fast_init
+
 __all__ = [
     "BLOCKED_NAMES",
     "BUYER_ROLE",
@@ -58,6 +60,9 @@ class RiskClass(enum.IntEnum):
     WRITE_FINANCIAL = 2
     IRREVERSIBLE = 3
     BLOCKED = 4
+
+
+_NOT_WRITE = (RiskClass.READ, RiskClass.BLOCKED)  # read once (enum member lookups are slow)
 
 
 class Consent(enum.StrEnum):
@@ -155,6 +160,7 @@ def normalize_phrase(text: str) -> str:
     return unicodedata.normalize("NFC", text).strip()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling, bound by the transport from its credentials, never from arguments.
@@ -241,6 +247,6 @@ class VerbPolicy:
 
     def effective_cap_class(self, principal_kind: str) -> str | None:
         """The company cap bucket for this caller; buyer agents are never counted (architecture.md)."""
-        if principal_kind == "buyer" or self.risk_class in (RiskClass.READ, RiskClass.BLOCKED):
+        if principal_kind == "buyer" or self.risk_class in _NOT_WRITE:
             return None
         return self.cap_class or self.risk_class.name

@@ -81,11 +81,16 @@ class Verb:
     name: str = field(init=False, repr=False, compare=False)
     shape: str = field(init=False, repr=False, compare=False)
     is_write: bool = field(init=False, repr=False, compare=False)  # not READ or BLOCKED
+    # whether decide may mint a typed-phrase nonce for it (dispatcher._may_mint of the policy)
+    may_mint: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", str(self.record["name"]))
         object.__setattr__(self, "shape", str(self.record["shape"]))
         object.__setattr__(self, "is_write", self.policy.risk_class not in (RiskClass.READ, RiskClass.BLOCKED))
+        p = self.policy
+        mint = p.escalate is not None or p.phrase is not None or p.effective_consent() is Consent.TYPED_PHRASE
+        object.__setattr__(self, "may_mint", mint)
 
     def check_args(self, args: Mapping[str, Any]) -> list[ArgError]:
         """Validate ``args`` against ``input_schema`` (draft 2020-12). Returns problems, best first."""
