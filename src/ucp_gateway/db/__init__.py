@@ -8,6 +8,14 @@ Public surface::
 """
 
 from .database import Database, open_database
-from .tenant import platform_scan_tx, platform_tx, tenant_tx
+from .tenant import COMMIT_PROBE, CommitProbe, platform_scan_tx, platform_tx, tenant_tx
 
-__all__ = ["Database", "open_database", "platform_scan_tx", "platform_tx", "tenant_tx"]
+__all__ = [
+    "COMMIT_PROBE",
+    "CommitProbe",
+    "Database",
+    "open_database",
+    "platform_scan_tx",
+    "platform_tx",
+    "tenant_tx",
+]

@@ -21,7 +21,8 @@ are not scanned: tests/db/test_pool_reset.py checks that no function of our migr
 session state.
 
 The class also lets :func:`.tenant.tenant_tx` set the tenant context in the round trip of
-``BEGIN`` (:meth:`GatewayConnection.after_begin`).
+``BEGIN`` (:meth:`GatewayConnection.after_begin`), and run one read right after ``COMMIT`` in the
+round trip of the ``COMMIT`` (:meth:`GatewayConnection.after_commit`, :class:`.tenant.CommitProbe`).
 """
 
 from __future__ import annotations
@@ -101,12 +102,14 @@ def leaves_session_state(sql: str) -> bool:
 class GatewayConnection(asyncpg.Connection):
     """asyncpg connection of the application pool (``create_pool(connection_class=...)``)."""
 
-    __slots__ = ("_ucpgw_after_begin", "_ucpgw_session_state")
+    __slots__ = ("_ucpgw_after_begin", "_ucpgw_after_commit", "_ucpgw_commit_status", "_ucpgw_session_state")
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._ucpgw_session_state = False
         self._ucpgw_after_begin: str | None = None
+        self._ucpgw_after_commit: str | None = None
+        self._ucpgw_commit_status: str | None = None
 
     def _see(self, query: Any) -> None:
         if not isinstance(query, str) or leaves_session_state(query):
@@ -118,6 +121,11 @@ class GatewayConnection(asyncpg.Connection):
         if tail is not None and not args and query.startswith("BEGIN"):
             self._ucpgw_after_begin = None
             query = query + " " + tail
+        elif self._ucpgw_after_commit is not None and not args and query == "COMMIT;":  # asyncpg's commit text
+            query, self._ucpgw_after_commit = "COMMIT; " + self._ucpgw_after_commit, None
+            self._see(query)
+            self._ucpgw_commit_status = status = await super().execute(query, timeout=timeout)
+            return status
         self._see(query)
         return await super().execute(query, *args, timeout=timeout)
 
@@ -163,6 +171,18 @@ class GatewayConnection(asyncpg.Connection):
         """True when the ``after_begin`` text went out with ``BEGIN`` (and is no longer pending)."""
         return self._ucpgw_after_begin is None
 
+    def after_commit(self, sql: str | None) -> None:
+        """Send ``sql`` (one read-only statement of constant or validated text, never raw input) in
+        the round trip of the next ``COMMIT`` that asyncpg's ``transaction()`` sends; it runs after
+        the commit, in its own implicit transaction, and its command status (``SELECT <rows>``) is
+        then :meth:`commit_status`. None cancels. If the ``COMMIT`` fails the statement does not run."""
+        self._ucpgw_after_commit = sql
+        self._ucpgw_commit_status = None
+
+    def commit_status(self) -> str | None:
+        """The command status of the :meth:`after_commit` statement (None: it did not run)."""
+        return self._ucpgw_commit_status
+
     def needs_server_reset(self) -> bool:
         """Whether releasing this connection must run the server reset query."""
         return bool(
@@ -176,7 +196,7 @@ class GatewayConnection(asyncpg.Connection):
     async def reset(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Called by the pool on release: asyncpg's full reset when :meth:`needs_server_reset`,
         else nothing (no round trip)."""
-        self._ucpgw_after_begin = None
+        self._ucpgw_after_begin = self._ucpgw_after_commit = None
         if self.needs_server_reset():
             await super().reset(timeout=timeout)
             self._ucpgw_session_state = False

@@ -11,11 +11,37 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from uuid import UUID
 
 import asyncpg
 
-__all__ = ["platform_scan_tx", "platform_tx", "tenant_tx"]
+__all__ = ["COMMIT_PROBE", "CommitProbe", "platform_scan_tx", "platform_tx", "tenant_tx"]
+
+
+class CommitProbe:
+    """One read sent in the ``COMMIT`` round trip of the tenant transactions of a request.
+
+    Set :data:`COMMIT_PROBE` to a probe (in the request's context) and set ``armed``; each
+    :func:`tenant_tx` that commits while it is armed sends ``sql`` right after its ``COMMIT`` (same
+    round trip, its own implicit transaction, see ``GatewayConnection.after_commit``) and stores the
+    statement's command status in ``status`` (``"SELECT 1"``: one row). Every transaction unit that
+    starts clears ``status`` first, so it is the answer of the last one, and None when that one did
+    not commit armed on a :class:`.connection.GatewayConnection` (the reader then fails closed).
+    ``sql`` must be a read of constant or validated text (never raw input) that sets its own tenant
+    context: none is left once the transaction has ended.
+    """
+
+    __slots__ = ("armed", "sql", "status")
+
+    def __init__(self, sql: str):
+        self.sql = sql
+        self.armed = False
+        self.status: str | None = None
+
+
+#: The request's :class:`CommitProbe` (None: no probe).
+COMMIT_PROBE: ContextVar[CommitProbe | None] = ContextVar("ucpgw_commit_probe", default=None)
 
 
 @asynccontextmanager
@@ -36,6 +62,9 @@ async def _unit(
         after = getattr(conn, "after_begin", None) if fused is not None else None
         if after is not None:
             after(fused if then is None else f"{fused}; {then}")
+        probe, sent = COMMIT_PROBE.get(), False
+        if probe is not None:
+            probe.status = None  # the answer of this request's last tenant transaction, or none
         try:
             async with conn.transaction(isolation=isolation):
                 if after is None or not conn.begin_consumed():
@@ -45,9 +74,15 @@ async def _unit(
                     if then is not None:
                         await conn.execute(then)
                 yield conn
+                sent = probe is not None and probe.armed and after is not None
+                if sent:
+                    conn.after_commit(probe.sql)  # only on the way to COMMIT (not on a rollback)
+            if sent:
+                probe.status = conn.commit_status()
         finally:
             if after is not None:
                 after(None)
+                conn.after_commit(None)
 
 
 @asynccontextmanager

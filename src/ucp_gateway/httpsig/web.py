@@ -31,6 +31,7 @@ from multidict import CIMultiDict
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
 from ..clock import SystemClock
 from ..config import Settings
+from ..db import COMMIT_PROBE, CommitProbe
 from ..errors import BadRequest, GatewayError
 from ..tenancy import resolve_host
 from .fused import verify_fused
@@ -39,6 +40,7 @@ from .replay import PgReplayStore, ReplayStore
 from .resolver import KeyResolver, ProfileKeyResolver
 from .rfc9421 import RequestView, ResponseView
 from .signing import sign_response_view
+from .signkey import SigningKeys
 from .verify import frozen_constructor, verify_request
 
 __all__ = [
@@ -61,6 +63,8 @@ log = logging.getLogger(__name__)
 
 REQ_SIGNATURE = web.RequestKey("signature", object)  # VerifiedSignature | None
 REQ_SIGN_RESPONSE = web.RequestKey("sign_response", bool)
+_REQ_KEY_PROBE = web.RequestKey("ucpgw.sign_key_probe", CommitProbe)  # confirms the cached signing key
+_SIGNING_KEYS = web.AppKey("ucpgw.signing_keys", SigningKeys)
 #: The app's caller-key resolver (the discovery package sets its profile fetcher here).
 KEY_RESOLVER = web.AppKey("ucpgw.key_resolver", KeyResolver)  # type: ignore[type-abstract]
 REPLAY_STORE = web.AppKey("ucpgw.replay_store", PgReplayStore)
@@ -157,8 +161,12 @@ def decoded_body(request: web.Request, *, limit: int = 10 * 1024 * 1024) -> byte
 
 
 def mark_for_signing(request: web.Request) -> None:
-    """Ask the middleware to sign this request's response (e.g. complete_checkout)."""
+    """Ask the middleware to sign this request's response (e.g. complete_checkout). Call it before
+    the request's tenant transaction, so that its COMMIT can confirm the cached signing key."""
     request[REQ_SIGN_RESPONSE] = True
+    probe = request.get(_REQ_KEY_PROBE)
+    if probe is not None:
+        probe.armed = True
 
 
 def _error_response(exc: GatewayError) -> web.Response:
@@ -166,20 +174,29 @@ def _error_response(exc: GatewayError) -> web.Response:
 
 
 async def sign_response(
-    request: web.Request, response: web.Response, *, pool, company_id: UUID, now: dt.datetime, scheme: str
+    request: web.Request,
+    response: web.Response,
+    *,
+    pool,
+    company_id: UUID,
+    now: dt.datetime,
+    scheme: str,
+    key=None,
 ) -> web.Response:
     """Sign a buffered response with the company's active key (RFC 9421 §2.4; UCP signatures.md).
 
     The body must already be bytes (serialised once); the digest is taken over exactly those bytes
-    and the response must not be compressed or altered afterwards. Raises NoActiveKey /
-    KeyDecryptError from the keys package.
+    and the response must not be compressed or altered afterwards. ``key``: the company's active
+    ``keys.SigningKey`` when the caller already holds it (:class:`.signkey.SigningKeys`), else it is
+    read here. Raises NoActiveKey / KeyDecryptError from the keys package.
     """
-    from ..keys.repository import active_signing_key
-
     body = response.body
     if not isinstance(body, (bytes, bytearray)):
         body = b"" if body is None else bytes(body._value)  # type: ignore[union-attr]
-    key = await active_signing_key(pool, company_id, now=now)
+    if key is None:
+        from ..keys.repository import active_signing_key
+
+        key = await active_signing_key(pool, company_id, now=now)
     raw = request.get(REQ_RAW_BODY, b"")
     req_view = request_view(request, raw, scheme)
     headers: CIMultiDict[str] = CIMultiDict(response.headers)
@@ -267,16 +284,25 @@ async def signature_middleware(
         request[REQ_SIGNATURE] = sig
         request[REQ_PRINCIPAL] = _principal(company.id, sig.profile_url, sig.kid, "buyer", True, "agent")
     request[REQ_SIGN_RESPONSE] = False
-    response = await handler(request)
-    if isinstance(response, web.Response) and _wants_signature(request, company, settings):
+    keys = app.get(_SIGNING_KEYS)
+    probe = keys.probe(company.id) if keys is not None else None
+    if probe is None:
+        response = await handler(request)
+    else:  # armed now when the response will be signed anyway, or by mark_for_signing in the handler
+        probe.armed = _wants_signature(request, company, settings)
+        request[_REQ_KEY_PROBE] = probe
+        token = COMMIT_PROBE.set(probe)
         try:
+            response = await handler(request)
+        finally:
+            COMMIT_PROBE.reset(token)
+    if isinstance(response, web.Response) and _wants_signature(request, company, settings):
+        pool = app[DATABASE].pool
+        try:
+            now = clock.now()
+            key = await keys.key(pool, company.id, probe, now=now) if keys is not None else None
             await sign_response(
-                request,
-                response,
-                pool=app[DATABASE].pool,
-                company_id=company.id,
-                now=clock.now(),
-                scheme=settings.public_scheme,
+                request, response, pool=pool, company_id=company.id, now=now, scheme=settings.public_scheme, key=key
             )
         except GatewayError as exc:  # no active key: fail closed rather than send unsigned
             return _error_response(exc)
@@ -304,4 +330,5 @@ def setup(app: web.Application) -> None:
     content as transferred (RFC 9530 §2), so the body must be hashed before any decoding.
     """
     app.middlewares.append(signature_middleware)
+    app[_SIGNING_KEYS] = SigningKeys()
     app.cleanup_ctx.append(_httpsig_ctx)

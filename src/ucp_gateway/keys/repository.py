@@ -29,6 +29,7 @@ __all__ = [
     "SigningKey",
     "Vault",
     "active_signing_key",
+    "active_signing_key_record",
     "advance_company",
     "apply_event",
     "attach_vault",
@@ -166,12 +167,28 @@ async def active_signing_key(
     ``vault`` defaults to the one attached to ``pool``. Raises NoActiveKey (409),
     KeyDecryptError (500, fail closed) or ConfigError (no KEK).
     """
+    key, _ = await active_signing_key_record(
+        pool, company_id, vault=vault, create_if_missing=create_if_missing, now=now
+    )
+    return key
+
+
+async def active_signing_key_record(
+    pool: asyncpg.Pool,
+    company_id: UUID,
+    *,
+    vault: Vault | None = None,
+    create_if_missing: bool = True,
+    now: dt.datetime | None = None,
+) -> tuple[SigningKey, str]:
+    """:func:`active_signing_key` and the stored record it was decrypted from (``private_enc::text``,
+    the exact text the vault's cache entry is keyed on). Raises as that does."""
     v = vault or get_vault(pool)
     cid = UUID(str(company_id))
     r = await pool.fetchrow(_ACTIVE_ONE_STATEMENT, str(cid))
     if r is None and create_if_missing:
         await ensure_active_key(pool, cid, now=now or dt.datetime.now(dt.UTC), vault=v)
-        return await active_signing_key(pool, cid, vault=v, create_if_missing=False)
+        return await active_signing_key_record(pool, cid, vault=v, create_if_missing=False)
     if r is None:
         raise NoActiveKey("company has no active signing key")
     kid = r["kid"]
@@ -179,7 +196,7 @@ async def active_signing_key(
     def build(jwk: dict[str, Any]) -> SigningKey:
         return SigningKey(cid, kid, private_key_from_jwk(jwk), public_jwk(jwk, kid))
 
-    return v.cached(cid, kid, r["record"], build)
+    return v.cached(cid, kid, r["record"], build), r["record"]
 
 
 async def _event(conn, company_id, kid, from_state, to_state, event, actor, reason, now) -> None:
