@@ -1,9 +1,8 @@
-"""The dispatcher's shortcuts give what the long way gives: fast frozen-dataclass __init__, the
-remembered iso() text and datetime, and the audit entry's args taken from the digest's JSON."""
+"""The dispatcher's shortcuts give what the long way gives: the remembered iso() text and datetime,
+and the audit entry's args taken from the digest's JSON."""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -15,51 +14,9 @@ from ucp_gateway.tenancy import Company
 from ucp_gateway.verbs import audit
 from ucp_gateway.verbs.audit import _parse_at, iso, redact, redaction_free
 from ucp_gateway.verbs.consent import canonical_bytes, canonical_json, clean_args
-from ucp_gateway.verbs.decide import Call, Decision, Inputs
+from ucp_gateway.verbs.decide import Call, Decision
 from ucp_gateway.verbs.dispatcher import Dispatcher
-from ucp_gateway.verbs.frozen import fast_init
 from ucp_gateway.verbs.policy import Principal, RiskClass
-
-
-@pytest.mark.parametrize(
-    ("cls", "args", "kwargs"),
-    [
-        (Call, ("x",), {}),
-        (Call, ("x", {"a": 1}, True, "p", "n", "k"), {}),
-        (Call, ("x",), {"idempotency_key": "k", "args": {"b": [1]}}),
-        (Decision, ("deny",), {}),
-        (Decision, ("execute", RiskClass.WRITE_FINANCIAL), {"digest": "d", "approval": {"a": 1}, "args_json": b"{}"}),
-        (Inputs, ("pro", {}, "kid", datetime(2026, 1, 1, tzinfo=UTC), ""), {"deferred": True, "nonce_ttl": 60}),
-        (Principal, ("buyer", uuid.UUID(int=7), "buyer", "https://a.example/p"), {}),
-        (Principal, ("staff", uuid.UUID(int=7), "owner", "u1"), {"transport": "cli"}),
-    ],
-)
-def test_fast_init_builds_what_the_dataclass_init_builds(cls, args, kwargs):
-    fast = cls(*args, **kwargs)
-    ref = object.__new__(cls)
-    cls.__dataclass_init__(ref, *args, **kwargs)
-    assert fast == ref
-    assert [getattr(fast, f.name) for f in dataclasses.fields(cls)] == [
-        getattr(ref, f.name) for f in dataclasses.fields(cls)
-    ]
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        setattr(fast, dataclasses.fields(cls)[0].name, None)
-
-
-def test_fast_init_defaults_and_errors():
-    a, b = Call("x"), Call("x")
-    assert a.args == {} and a.args is not b.args  # default_factory: one dict per instance
-    with pytest.raises(TypeError):
-        Call()  # the required argument is still required
-    with pytest.raises(TypeError):
-        Call("x", nope=1)
-
-    @dataclasses.dataclass
-    class Loose:
-        x: int
-
-    with pytest.raises(TypeError):
-        fast_init(Loose)
 
 
 @pytest.mark.parametrize(

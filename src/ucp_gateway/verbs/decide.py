@@ -22,7 +22,6 @@ from typing import Any, Literal
 
 from .consent import canonical_bytes, clean_args, issue_nonce, verify_nonce
 from .errors import REASONS, VerbError
-from .frozen import fast_init
 from .policy import (
     CLASS_FLOOR,
     ROLES,
@@ -47,7 +46,6 @@ _NONE, _CLICK, _PHRASE, _PAYMENT = Consent.NONE, Consent.CLICK, Consent.TYPED_PH
 _NO_STEP = (Consent.NONE, Consent.PAYMENT_CREDENTIAL)  # consents that need no confirm step
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Call:
     """One dispatch request as a transport hands it over (control fields at the top level, G9)."""
@@ -60,7 +58,6 @@ class Call:
     idempotency_key: str | None = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Inputs:
     """What the shell loaded for :func:`decide`.
@@ -89,7 +86,6 @@ class Inputs:
     deferred: bool = False
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     """``outcome``: deny | pending | replay | execute. Denials carry reason/message/hint/path."""

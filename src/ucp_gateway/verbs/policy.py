@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from uuid import UUID
 
-from .frozen import fast_init
-
 __all__ = [
     "BLOCKED_NAMES",
     "BUYER_ROLE",
@@ -160,7 +158,6 @@ def normalize_phrase(text: str) -> str:
     return unicodedata.normalize("NFC", text).strip()
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling, bound by the transport from its credentials, never from arguments.
