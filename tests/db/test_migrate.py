@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import asyncpg
 import pytest
@@ -90,4 +91,38 @@ async def test_unknown_applied_migration_is_reported(pg_base_dsn, template_db):
         assert problems == ["database has migration 9999_x.sql that this gateway does not ship (newer database?)"]
     finally:
         await conn.close()
+        await _drop_db(pg_base_dsn, name)
+
+
+async def test_0055_on_a_database_at_0054_keeps_its_idempotency_records(pg_base_dsn, monkeypatch):
+    """0055 (verb_idempotency envelope jsonb -> json, expiry index dropped) on a database in use."""
+    from ucp_gateway.db import migrate
+
+    shipped = available_migrations()
+    name, dsn = await _empty_db(pg_base_dsn)
+    try:
+        conn = await asyncpg.connect(dsn)
+        try:
+            monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in shipped if m.version <= "0054"])
+            await apply_migrations(conn)
+            cid = await conn.fetchval("SELECT gen_random_uuid()")
+            env = '{"ok": true, "result": {"body": "{\\"b\\":1,\\"a\\":2}", "audit_id": 7}, "audit_id": 7}'
+            await conn.execute(
+                "INSERT INTO verb_idempotency (company_id, principal, verb, key, args_digest, envelope, audit_id,"
+                " created_at, expires_at) VALUES ($1, 'buyer:x', 'checkout.create', 'k', 'd', $2::jsonb, 7, now(),"
+                " now() + interval '1 day')",
+                cid,
+                env,
+            )
+            monkeypatch.setattr(migrate, "available_migrations", lambda: shipped)
+            assert "0055_verb_idempotency_one_write.sql" in await apply_migrations(conn)
+            row = await conn.fetchrow(
+                "SELECT envelope::text AS e, pg_typeof(envelope)::text AS t FROM verb_idempotency"
+            )
+            assert row["t"] == "json"
+            assert json.loads(row["e"]) == json.loads(env)  # the response text inside is unchanged
+            assert not await conn.fetchval("SELECT to_regclass('verb_idempotency_expiry') IS NOT NULL")
+        finally:
+            await conn.close()
+    finally:
         await _drop_db(pg_base_dsn, name)
