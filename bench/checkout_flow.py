@@ -218,8 +218,16 @@ async def _flow(c: Connection, b: Buyer, authority: str, sign: bool, lat: list, 
 
     items = [{"item": {"id": b.item}, "quantity": 1}]
     co = await call("POST", "/ucp/v1/checkout-sessions", {"line_items": items}, str(uuid.uuid4()))
-    upd = {
-        "line_items": items,
+    co = await call("PUT", f"/ucp/v1/checkout-sessions/{co['id']}", update_body(b.item), str(uuid.uuid4()))
+    pay = PAY_BODY
+    done = await call("POST", f"/ucp/v1/checkout-sessions/{co['id']}/complete", pay, str(uuid.uuid4()))
+    return done.get("status") == "completed"
+
+
+def update_body(item: str) -> dict:
+    """The flow's PUT: one ``item``, a US shipping destination, the standard option, code 10OFF."""
+    return {
+        "line_items": [{"item": {"id": item}, "quantity": 1}],
         "discounts": {"codes": ["10OFF"]},
         "fulfillment": {
             "methods": [
@@ -234,21 +242,41 @@ async def _flow(c: Connection, b: Buyer, authority: str, sign: bool, lat: list, 
             ]
         },
     }
-    co = await call("PUT", f"/ucp/v1/checkout-sessions/{co['id']}", upd, str(uuid.uuid4()))
-    pay = {
-        "payment": {
-            "instruments": [
-                {
-                    "id": "instr_1",
-                    "handler_id": "mock_payment_handler",
-                    "type": "card",
-                    "credential": {"type": "token", "token": "success_token"},
-                }
-            ]
-        }
+
+
+# the flow's complete: the demo card that the mock payment handler approves
+PAY_BODY = {
+    "payment": {
+        "instruments": [
+            {
+                "id": "instr_1",
+                "handler_id": "mock_payment_handler",
+                "type": "card",
+                "credential": {"type": "token", "token": "success_token"},
+            }
+        ]
     }
-    done = await call("POST", f"/ucp/v1/checkout-sessions/{co['id']}/complete", pay, str(uuid.uuid4()))
-    return done.get("status") == "completed"
+}
+
+
+def gateway_env(dsn: str, ring: str, tmp: Path, pool_max: str) -> dict[str, str]:
+    """The gateway's settings in these benchmarks: production apart from http profile URLs on
+    127.0.0.1 (development mode); no webhook worker, error-level logs, no buyer rate limit."""
+    return dict(
+        UCPGW_DATABASE_URL=dsn,
+        UCPGW_ENVIRONMENT="development",
+        UCPGW_PUBLIC_SCHEME="http",
+        UCPGW_KEK_RING=ring,
+        UCPGW_DEV_PROFILE_HOSTS='["127.0.0.1"]',
+        UCPGW_WEBHOOK_WORKER="false",
+        UCPGW_LOG_LEVEL="error",
+        UCPGW_BUYER_RATE_LIMIT="100000",
+        UCPGW_DB_POOL_MAX=pool_max,  # 10, the default
+        UCPGW_VERBS_VALIDATE_OUTPUT="false",  # production default (development mode turns it on)
+        UCPGW_EVENT_LOOP=os.environ.get("BENCH_EVENT_LOOP", "auto"),  # auto: uvloop when installed, as serve
+        UCPGW_KEYS_DIR=str(tmp / "keys"),
+        UCPGW_DATA_DIR=str(tmp / "data"),
+    )
 
 
 def _cpu_seconds(pids: list[int]) -> float:
@@ -483,21 +511,7 @@ async def main() -> None:
     server, dsn = await start_embedded(tmp / "pg")
     ring = "k1:" + base64.b64encode(os.urandom(32)).decode()
     env = {k: v for k, v in os.environ.items() if not k.startswith("UCPGW_") and k != "DATABASE_URL"}
-    env.update(
-        UCPGW_DATABASE_URL=dsn,
-        UCPGW_ENVIRONMENT="development",
-        UCPGW_PUBLIC_SCHEME="http",
-        UCPGW_KEK_RING=ring,
-        UCPGW_DEV_PROFILE_HOSTS='["127.0.0.1"]',
-        UCPGW_WEBHOOK_WORKER="false",
-        UCPGW_LOG_LEVEL="error",
-        UCPGW_BUYER_RATE_LIMIT="100000",
-        UCPGW_DB_POOL_MAX=os.environ.get("BENCH_POOL_MAX", "10"),  # the default: 2 cores, one PostgreSQL
-        UCPGW_VERBS_VALIDATE_OUTPUT="false",  # production default (development mode turns it on)
-        UCPGW_EVENT_LOOP=os.environ.get("BENCH_EVENT_LOOP", "auto"),  # auto: uvloop when installed, as serve
-        UCPGW_KEYS_DIR=str(tmp / "keys"),
-        UCPGW_DATA_DIR=str(tmp / "data"),
-    )
+    env.update(gateway_env(dsn, ring, tmp, os.environ.get("BENCH_POOL_MAX", "10")))
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
         env["BENCH_PROFILE_DIR"] = os.path.abspath(args.profile)

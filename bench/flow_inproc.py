@@ -103,38 +103,8 @@ class _Client:
 
 
 _CREATE = json.dumps({"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}).encode()
-_UPDATE = json.dumps(
-    {
-        "line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}],
-        "discounts": {"codes": ["10OFF"]},
-        "fulfillment": {
-            "methods": [
-                {
-                    "type": "shipping",
-                    "destinations": [
-                        {"id": "d", "street_address": "1 Elm St", "address_country": "US", "postal_code": "62704"}
-                    ],
-                    "selected_destination_id": "d",
-                    "groups": [{"selected_option_id": "std-ship"}],
-                }
-            ]
-        },
-    }
-).encode()
-_PAY = json.dumps(
-    {
-        "payment": {
-            "instruments": [
-                {
-                    "id": "instr_1",
-                    "handler_id": "mock_payment_handler",
-                    "type": "card",
-                    "credential": {"type": "token", "token": "success_token"},
-                }
-            ]
-        }
-    }
-).encode()
+_UPDATE = json.dumps(cf.update_body("pot_ceramic")).encode()
+_PAY = json.dumps(cf.PAY_BODY).encode()
 
 
 async def _flows(c: _Client, n: int) -> None:
@@ -174,18 +144,7 @@ async def main() -> None:
     for k in [k for k in os.environ if k.startswith("UCPGW_")]:
         del os.environ[k]
     os.environ.update(  # as bench/checkout_flow.py's gateway processes
-        UCPGW_DATABASE_URL=dsn,
-        UCPGW_ENVIRONMENT="development",
-        UCPGW_PUBLIC_SCHEME="http",
-        UCPGW_KEK_RING=ring,
-        UCPGW_DEV_PROFILE_HOSTS='["127.0.0.1"]',
-        UCPGW_WEBHOOK_WORKER="false",
-        UCPGW_LOG_LEVEL="error",
-        UCPGW_BUYER_RATE_LIMIT="100000",
-        UCPGW_DB_POOL_MAX="6",
-        UCPGW_VERBS_VALIDATE_OUTPUT="false",
-        UCPGW_KEYS_DIR=str(tmp / "keys"),
-        UCPGW_DATA_DIR=str(tmp / "data"),
+        cf.gateway_env(dsn, ring, tmp, "6"),
         UCPGW_COMMERCE_VIA_VERBS="true" if args.mode == "verbs" else "false",
     )
     runner = platform = None

@@ -24,11 +24,15 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import checkout_flow as cf  # the flow's request bodies
 
 from ucp_gateway.commerce.service import Outcome
 from ucp_gateway.commerce.verbs import envelope_body, provide, result_of
@@ -41,22 +45,7 @@ from ucp_gateway.verbs.context import VerbContext
 from ucp_gateway.verbs.decide import Call, decide
 from ucp_gateway.verbs.policy import BUYER_ROLE
 
-UPDATE = {
-    "line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}],
-    "discounts": {"codes": ["10OFF"]},
-    "fulfillment": {
-        "methods": [
-            {
-                "type": "shipping",
-                "destinations": [
-                    {"id": "d", "street_address": "1 Elm St", "address_country": "US", "postal_code": "62704"}
-                ],
-                "selected_destination_id": "d",
-                "groups": [{"selected_option_id": "std-ship"}],
-            }
-        ]
-    },
-}
+UPDATE = cf.update_body("pot_ceramic")
 ANSWER = {
     "id": "chk_0123456789abcdef",
     "status": "ready_for_complete",
