@@ -15,7 +15,8 @@ client (the load generator shares the 2 cores, so it must be cheap). By default 
 same item: one hot inventory row, locked by every complete until its COMMIT is flushed (the worst
 case, a flash sale); ``--items N`` spreads buyer i over the first N demo products (i mod N), as
 ordinary traffic does. The gateway runs as in production apart from http profile URLs
-(development mode): pool of 10 per process, logging at error level, output shape checks off. The webhook
+(development mode): the default pool size (two per core plus two: 6 here), logging at error level,
+output shape checks off. The webhook
 worker is off (delivery is asynchronous).
 
 Each configuration is measured twice (``--seconds`` after ``--warmup``):
@@ -40,7 +41,7 @@ Usage: python bench/checkout_flow.py [--buyers 32] [--items 1] [--seconds 10] [-
        [--workers 1] [--waits] [--profile DIR] [--log-sql FILE] [--modes signed,plain]
        (--workers N: N gateway processes on the port, bound with SO_REUSEPORT so that each is this
        script's own child; ``serve --workers N`` shares one socket instead; BENCH_POOL_MAX sets each
-       one's pool size)
+       one's pool size instead of the default)
        (BENCH_EVENT_LOOP=asyncio runs the gateway on asyncio's own loop instead of uvloop)
 """
 
@@ -259,10 +260,11 @@ PAY_BODY = {
 }
 
 
-def gateway_env(dsn: str, ring: str, tmp: Path, pool_max: str) -> dict[str, str]:
+def gateway_env(dsn: str, ring: str, tmp: Path, pool_max: str | None = None) -> dict[str, str]:
     """The gateway's settings in these benchmarks: production apart from http profile URLs on
-    127.0.0.1 (development mode); no webhook worker, error-level logs, no buyer rate limit."""
-    return dict(
+    127.0.0.1 (development mode); no webhook worker, error-level logs, no buyer rate limit.
+    ``pool_max`` None: the default pool size (two per core plus two, Settings.db_pool_size)."""
+    env = dict(
         UCPGW_DATABASE_URL=dsn,
         UCPGW_ENVIRONMENT="development",
         UCPGW_PUBLIC_SCHEME="http",
@@ -271,12 +273,14 @@ def gateway_env(dsn: str, ring: str, tmp: Path, pool_max: str) -> dict[str, str]
         UCPGW_WEBHOOK_WORKER="false",
         UCPGW_LOG_LEVEL="error",
         UCPGW_BUYER_RATE_LIMIT="100000",
-        UCPGW_DB_POOL_MAX=pool_max,  # 10, the default
         UCPGW_VERBS_VALIDATE_OUTPUT="false",  # production default (development mode turns it on)
         UCPGW_EVENT_LOOP=os.environ.get("BENCH_EVENT_LOOP", "auto"),  # auto: uvloop when installed, as serve
         UCPGW_KEYS_DIR=str(tmp / "keys"),
         UCPGW_DATA_DIR=str(tmp / "data"),
     )
+    if pool_max:
+        env["UCPGW_DB_POOL_MAX"] = pool_max
+    return env
 
 
 def _cpu_seconds(pids: list[int]) -> float:
@@ -511,7 +515,7 @@ async def main() -> None:
     server, dsn = await start_embedded(tmp / "pg")
     ring = "k1:" + base64.b64encode(os.urandom(32)).decode()
     env = {k: v for k, v in os.environ.items() if not k.startswith("UCPGW_") and k != "DATABASE_URL"}
-    env.update(gateway_env(dsn, ring, tmp, os.environ.get("BENCH_POOL_MAX", "10")))
+    env.update(gateway_env(dsn, ring, tmp, os.environ.get("BENCH_POOL_MAX")))
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
         env["BENCH_PROFILE_DIR"] = os.path.abspath(args.profile)

@@ -144,7 +144,7 @@ async def main() -> None:
     for k in [k for k in os.environ if k.startswith("UCPGW_")]:
         del os.environ[k]
     os.environ.update(  # as bench/checkout_flow.py's gateway processes
-        cf.gateway_env(dsn, ring, tmp, "6"),
+        cf.gateway_env(dsn, ring, tmp),
         UCPGW_COMMERCE_VIA_VERBS="true" if args.mode == "verbs" else "false",
     )
     runner = platform = None

@@ -75,3 +75,20 @@ def test_serving_loop_is_uvloop_when_installed_and_asyncio_on_request(monkeypatc
     assert loop_factory(auto) is None
     with pytest.raises(ConfigError):
         loop_factory(auto.model_copy(update={"event_loop": "uvloop"}))
+
+
+def test_pool_size_defaults_to_the_cores_shared_out_over_the_workers():
+    """Regression (issue 6 bench): 10 connections per process on 2 cores cost PostgreSQL CPU per
+    flow; the default is now two per core plus two, over all serving processes."""
+    import os
+
+    from ucp_gateway.config import Settings
+
+    cores = len(os.sched_getaffinity(0))
+    base = Settings(database_url="postgresql://unused/x")
+    assert base.db_pool_max is None
+    assert base.db_pool_size == max(2 * cores + 2, base.db_pool_min)
+    two = base.model_copy(update={"workers": 2})
+    assert two.db_pool_size == max(-(-(2 * cores + 2) // 2), base.db_pool_min)  # rounded up
+    assert base.model_copy(update={"workers": 64}).db_pool_size == base.db_pool_min  # never below the minimum
+    assert base.model_copy(update={"db_pool_max": 10, "workers": 4}).db_pool_size == 10  # an explicit size stands

@@ -122,7 +122,8 @@ def test_workers_refuse_a_port_held_by_another_listener(tmp_path):
 def test_workers_must_fit_the_servers_connections(tmp_path):
     """Regression (newcomer): --workers 64 started 64 pools of 10 on a 100-connection server and
     failed worker by worker with a misleading password hint; now one line before any worker starts."""
-    proc = run(["serve", "--demo", "--workers", "11", "--port", str(_free_port()), "--data-dir", str(tmp_path / "gw")])
+    args = ["serve", "--demo", "--workers", "11", "--port", str(_free_port()), "--data-dir", str(tmp_path / "gw")]
+    proc = run(args, env_extra={"UCPGW_DB_POOL_MAX": "10"})
     assert_one_line_error(proc, "11 workers x db_pool_max 10 connections (+10 spare) exceed PostgreSQL's")
     assert "max_connections 100" in proc.stderr
     assert _postgres_procs((tmp_path / "gw").resolve()) == []

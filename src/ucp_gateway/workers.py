@@ -18,7 +18,7 @@ PostgreSQL stops last. A worker whose supervisor is gone (SIGKILL) shuts itself 
 second or so; the embedded PostgreSQL of a killed supervisor is left running, as after a killed
 single-process ``serve``: the next start reuses it (and, not having started it, leaves it running).
 
-Every worker has its own pool (``db_pool_max`` connections), profile and host caches and buyer
+Every worker has its own pool (``Settings.db_pool_size`` connections), profile and host caches and buyer
 rate limiter. What must be shared already lives in PostgreSQL: the replay cache, idempotency keys,
 daily caps, the audit chain, the webhook outbox (claimed with SKIP LOCKED) and the key scheduler
 (advisory lock).
@@ -182,17 +182,18 @@ async def _prepare(settings: Settings) -> tuple[Settings, Any]:
             limit = int(await conn.fetchval("SELECT current_setting('max_connections')"))
     finally:
         await db.close()
-    need = settings.workers * max(settings.db_pool_max, settings.db_pool_min) + _SPARE_CONNECTIONS
+    pool = settings.db_pool_size  # each worker's, resolved here: the workers' settings say workers=1
+    need = settings.workers * pool + _SPARE_CONNECTIONS
     if need > limit:
         if embedded is not None:
             from .db.embedded import stop_embedded
 
             await stop_embedded(embedded)
         raise ConfigError(
-            f"{settings.workers} workers x db_pool_max {settings.db_pool_max} connections (+{_SPARE_CONNECTIONS} "
+            f"{settings.workers} workers x db_pool_max {pool} connections (+{_SPARE_CONNECTIONS} "
             f"spare) exceed PostgreSQL's max_connections {limit}; lower UCPGW_WORKERS or UCPGW_DB_POOL_MAX"
         )
-    update: dict[str, Any] = {"workers": 1}
+    update: dict[str, Any] = {"workers": 1, "db_pool_max": pool}
     if embedded is not None:
         update["database_url"] = db.owner_dsn
     return settings.model_copy(update=update), embedded

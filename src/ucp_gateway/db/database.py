@@ -167,7 +167,7 @@ async def connect_database(settings: Settings, *, migrate: bool = True) -> Datab
             pool = await asyncpg.create_pool(
                 app_dsn,
                 min_size=settings.db_pool_min,
-                max_size=max(settings.db_pool_max, settings.db_pool_min),
+                max_size=settings.db_pool_size,
                 init=_init_connection,
                 timeout=_CONNECT_TIMEOUT,
                 connection_class=GatewayConnection,  # server reset only when session state may remain
