@@ -12,7 +12,17 @@ from .clock import Clock
 from .config import Settings
 from .db import Database
 
-__all__ = ["CLOCK", "DATABASE", "REQ_COMPANY", "REQ_PRINCIPAL", "REQ_RAW_BODY", "REQ_REQUEST_ID", "SETTINGS"]
+__all__ = [
+    "CLOCK",
+    "DATABASE",
+    "REQ_COMPANY",
+    "REQ_PRINCIPAL",
+    "REQ_RAW_BODY",
+    "REQ_REQUEST_ID",
+    "SETTINGS",
+    "human_page",
+    "is_human_page",
+]
 
 SETTINGS = web.AppKey("settings", Settings)
 CLOCK = web.AppKey("clock", Clock)  # type: ignore[type-abstract]
@@ -23,3 +33,20 @@ REQ_REQUEST_ID = web.RequestKey("request_id", str)
 REQ_COMPANY = web.RequestKey("company", object)  # tenancy.Company, or None for the platform node
 REQ_RAW_BODY = web.RequestKey("raw_body", bytes)  # the body exactly as received
 REQ_PRINCIPAL = web.RequestKey("principal", object)  # who is calling (set by the auth layers)
+
+
+_HUMAN_PAGE = "ucpgw_human_page"
+
+
+def human_page(handler):
+    """Mark an aiohttp route handler as a page for people (read-only HTML, such as a checkout's
+    ``continue_url``): the signature layer asks no RFC 9421 signature of it, as it asks none on
+    ``httpsig_exempt_prefixes``. A browser cannot sign; agents' operations never use these handlers.
+    Returns: ``handler``."""
+    setattr(handler, _HUMAN_PAGE, True)
+    return handler
+
+
+def is_human_page(handler) -> bool:
+    """True for a handler marked with :func:`human_page`."""
+    return getattr(handler, _HUMAN_PAGE, False) is True

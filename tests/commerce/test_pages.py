@@ -122,3 +122,33 @@ def test_renderers_escape_and_format_minor_units():
     assert format_money(1234, "KWD") == "KWD 1.234"
     assert "<p>a</p><p>b</p>" in render_policy_page("S", "terms", "a\n\n\n\nb")
     assert "S has not published its terms of service here yet." in render_policy_page("S", "terms", None)
+
+
+async def test_pages_need_no_signature_where_agent_calls_do(aiohttp_client, database, db_settings, company, platform):
+    """Regression (newcomer): under the demo's default policy (signatures required) every page was
+    a 401 JSON answer, so continue_url, permalink_url and links[] led people nowhere."""
+    async with tenant_tx(database.pool, company.id) as conn:
+        await conn.execute("UPDATE companies SET signature_policy = 'required' WHERE id = $1", company.id)
+    shop = await started(aiohttp_client, make_app(database, db_settings), database, company)
+    for path in ("/", "/terms", "/privacy"):
+        r = await shop.get(path)
+        assert r.status == 200 and r.content_type == "text/html", path
+    for path in ("/checkout-sessions/chk_nope", "/orders/ord_nope"):
+        r = await shop.get(path)
+        assert r.status == 404 and r.content_type == "text/html", path  # the page's own answer, not a 401
+    r = await shop.post(url("/checkout-sessions"), json=payload(), headers=headers(key=new_key()))
+    assert r.status == 401 and (await r.json())["code"] == "signature_missing"  # agents still sign
+    r = await shop.get(url("/checkout-sessions/chk_nope"), headers=headers())
+    assert r.status == 401
+
+
+@pytest.mark.parametrize("commerce", [{"pages": ["a"]}, {"pages": "text"}, "x", {"pages": {"terms": 7}}])
+async def test_malformed_page_settings_are_no_text_not_a_500(
+    aiohttp_client, database, db_settings, company, platform, commerce
+):
+    """Regression (newcomer): settings.commerce.pages that is not an object was a 500."""
+    async with tenant_tx(database.pool, company.id) as conn:
+        await conn.execute("UPDATE companies SET settings = settings || $1::jsonb", {"commerce": commerce})
+    shop = await started(aiohttp_client, make_app(database, db_settings), database, company)
+    r = await shop.get("/terms")
+    assert r.status == 200 and "has not published its terms of service here yet" in await r.text()

@@ -7,11 +7,13 @@
   server-side URL such as https://shop/checkout-sessions/{id}"), where a person picks up a session;
 - ``GET /orders/{id}``: the order's ``permalink_url``.
 
-The session and order ids are unguessable (122 random bits), so these pages work as capability URLs,
-and they show nothing personal: items, quantities, prices, totals and status. They leave out buyer,
-addresses and payment. They are answered with ``Referrer-Policy: no-referrer`` and ``Cache-Control:
-no-store``, so the id does not leak through Referer headers or shared caches. The renderers are pure
-(:func:`render_checkout_page`, :func:`render_order_page`, ...) and escape every value; the handlers
+They are pages for people, so the signature layer asks no RFC 9421 signature of them
+(:func:`ucp_gateway.appkeys.human_page`). The session and order ids are unguessable (122 random
+bits), so these pages work as capability URLs, and they show nothing personal: items, quantities,
+prices, totals and status. They leave out buyer, addresses and payment. They are answered with
+``Referrer-Policy: no-referrer`` and ``Cache-Control: no-store``, so the id does not leak through
+Referer headers or shared caches. The renderers are pure (:func:`render_checkout_page`,
+:func:`render_order_page`, ...) and escape every value; the handlers
 only read, inside a tenant transaction (RLS).
 """
 
@@ -23,7 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..appkeys import CLOCK, DATABASE
+from ..appkeys import CLOCK, DATABASE, human_page
 from ..db import tenant_tx
 from ..errors import GatewayError
 from ..tenancy import Company
@@ -187,6 +189,7 @@ def _name(company: Company) -> str:
     return company.display_name or company.slug
 
 
+@human_page
 async def home(request: web.Request) -> web.Response:
     company = await _shop(request)
     if isinstance(company, web.Response):
@@ -198,17 +201,22 @@ async def home(request: web.Request) -> web.Response:
 
 
 def _policy(kind: str):
+    @human_page
     async def handler(request: web.Request) -> web.Response:
         company = await _shop(request)
         if isinstance(company, web.Response):
             return company
-        pages = ((company.settings or {}).get("commerce") or {}).get("pages") or {}
-        text = pages.get(kind) if isinstance(pages.get(kind), str) else None
+        cs = (company.settings or {}).get("commerce")
+        pages = cs.get("pages") if isinstance(cs, dict) else None
+        text = pages.get(kind) if isinstance(pages, dict) else None
+        if not isinstance(text, str):  # free-form settings: anything but text is no page text
+            text = None
         return _html(render_policy_page(_name(company), kind, text), cache="public, max-age=300")
 
     return handler
 
 
+@human_page
 async def checkout_page(request: web.Request) -> web.Response:
     company = await _shop(request)
     if isinstance(company, web.Response):
@@ -223,6 +231,7 @@ async def checkout_page(request: web.Request) -> web.Response:
     return _html(render_checkout_page(_name(company), row["body"], status=status))
 
 
+@human_page
 async def order_page(request: web.Request) -> web.Response:
     company = await _shop(request)
     if isinstance(company, web.Response):

@@ -28,7 +28,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
+from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS, is_human_page
 from ..clock import SystemClock
 from ..config import Settings
 from ..db import COMMIT_PROBE, CommitProbe
@@ -253,7 +253,11 @@ async def signature_middleware(
     request[REQ_RAW_BODY] = body
     company = request[REQ_COMPANY] if REQ_COMPANY in request else await resolve_host(app[DATABASE].pool, request.host)
     request[REQ_SIGNATURE] = None
-    if company is None or request.path.startswith(tuple(settings.httpsig_exempt_prefixes)):
+    if (
+        company is None
+        or request.path.startswith(tuple(settings.httpsig_exempt_prefixes))
+        or is_human_page(request.match_info.handler)
+    ):
         return await handler(request)
     raw_path = request.raw_path
     if ("." in raw_path or "%2" in raw_path) and not _canonical_path(raw_path):  # most paths have neither
