@@ -33,6 +33,7 @@ __all__ = [
     "normalize_host",
     "public_origin",
     "resolve_host",
+    "valid_host_header",
 ]
 
 SUBAGENTS: tuple[str, ...] = ("sales", "ar", "ap", "commissions", "service", "compliance", "marketing", "ops")
@@ -67,6 +68,19 @@ class Company:
             "signature_policy": self.signature_policy,
             "hostnames": list(self.hostnames),
         }
+
+
+# Host as it may appear in the URLs we publish: reg-name or IPv4, or a bracketed IPv6, optional port.
+_HOST_HEADER = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$")
+
+
+def valid_host_header(host: str) -> bool:
+    """True for a plain ``host[:port]`` Host header value (RFC 9110 §7.2) with a port in 1-65535:
+    what may be echoed into published URLs (profiles, ``continue_url``, permalinks)."""
+    if not _HOST_HEADER.match(host):
+        return False
+    port = host.rsplit(":", 1)[1] if ":" in host and not host.endswith("]") else None
+    return port is None or 0 < int(port) <= 65535
 
 
 def normalize_host(host: str | None) -> str:

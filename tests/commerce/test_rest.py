@@ -313,3 +313,21 @@ async def test_get_returns_the_body_as_written(client):
     co = json.loads(created)
     r = await client.get(url(f"/checkout-sessions/{co['id']}"), headers=headers())
     assert r.status == 200 and await r.read() == created
+
+
+async def test_a_host_with_an_invalid_port_is_refused_and_writes_nothing(client, database, company):
+    """Regression (newcomer): a create with ``Host: 127.0.0.1:99999`` was accepted and its
+    continue_url and links carried port 99999, while /.well-known/ucp refuses that Host with 400."""
+    async with tenant_tx(database.pool, company.id) as conn:
+        before = await conn.fetchval("SELECT count(*) FROM checkout_sessions")
+    for host in ("127.0.0.1:99999", "127.0.0.1:0", "localhost:65536"):
+        h = {**headers(key=new_key()), "Host": host}
+        r = await client.post(url("/checkout-sessions"), json=payload(), headers=h)
+        body = await r.json()
+        assert r.status == 400 and body["code"] == "invalid_request", (host, body)
+        r = await client.get("/.well-known/ucp", headers={"Host": host})
+        assert r.status == 400  # the same answer as discovery's
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM checkout_sessions") == before
+    r = await client.post(url("/checkout-sessions"), json=payload(), headers={**headers(key=new_key())})
+    assert r.status == 201  # the test client's own Host (127.0.0.1:<port>) is fine

@@ -21,7 +21,7 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..config import Settings
 from ..errors import BadRequest, GatewayError, NotFound
-from ..tenancy import Company, public_origin, resolve_host
+from ..tenancy import Company, public_origin, resolve_host, valid_host_header
 from .catalog import PickupLocation
 from .checkout import ShopInfo
 from .discounts import AutomaticDiscount
@@ -343,9 +343,13 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
 
     The shop part (response ``ucp`` envelopes, payment handlers, automatic discounts, pickup
     locations) is shared between requests with the same inputs (:func:`_shop_parts`); callers treat
-    it as read-only. Raises: TypeError/KeyError on malformed ``settings.commerce`` entries.
+    it as read-only. Raises: BadRequest (400) for a Host that is not a plain ``host[:port]`` with a
+    port in 1-65535, as ``/.well-known/ucp`` refuses it; TypeError/KeyError on malformed
+    ``settings.commerce`` entries.
     """
     settings = request.app[SETTINGS]
+    if not valid_host_header(request.host):  # it is echoed into continue_url, links and permalinks
+        raise BadRequest("invalid Host header")
     base_url = public_origin(settings.public_scheme, request.host, settings.public_port)
     cs = (company.settings or _NO_SETTINGS).get("commerce") or _NO_SETTINGS
     parts = _shop_parts(base_url, settings, cs, neg)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -39,7 +38,15 @@ from ..errors import ConfigError, GatewayError
 from ..httpsig.web import KEY_RESOLVER
 from ..keys import published_jwks
 from ..middleware import PUBLIC_FAST_PATHS, PublicPath
-from ..tenancy import Company, list_companies, list_subagents, normalize_host, public_origin, resolve_host
+from ..tenancy import (
+    Company,
+    list_companies,
+    list_subagents,
+    normalize_host,
+    public_origin,
+    resolve_host,
+    valid_host_header,
+)
 from .builder import (
     CompanyLink,
     SubagentSummary,
@@ -252,18 +259,6 @@ async def _render(app: web.Application, request: web.Request) -> _Entry:
     return await app[_RENDERED].get(key, render)
 
 
-# Host as it may appear in our documents: reg-name or IPv4, or a bracketed IPv6, with an optional port.
-_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$")
-
-
-def _valid_host(host: str) -> bool:
-    """A plain host[:port] with a port in 1-65535 (it is echoed into the profile's URLs)."""
-    if not _HOST.match(host):
-        return False
-    port = host.rsplit(":", 1)[1] if ":" in host and not host.endswith("]") else None
-    return port is None or 0 < int(port) <= 65535
-
-
 def _bad_host() -> web.Response:
     return web.json_response({"code": "invalid_request", "content": "invalid Host header"}, status=400)
 
@@ -274,7 +269,7 @@ async def well_known_ucp(request: web.Request) -> web.Response:
     app = request.app
     hit = app[_RENDERED].fresh(request.host)  # only a valid Host is ever rendered and cached
     if hit is None:
-        if not _valid_host(request.host):
+        if not valid_host_header(request.host):
             return _bad_host()
         hit = await _render(app, request)
     return hit.response(request, app[SETTINGS].profile_max_age)
@@ -329,7 +324,7 @@ def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.R
 
 async def agent_graph(request: web.Request) -> web.Response:
     """``GET /ucp/agent-graph?cursor=...``: one page of the platform's companies."""
-    if not _valid_host(request.host):
+    if not valid_host_header(request.host):
         return _bad_host()
     cursor = request.query.get("cursor")
     try:
