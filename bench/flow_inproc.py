@@ -38,16 +38,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import checkout_flow as cf  # the seeding, buyers and platform profiles of bench/checkout_flow.py
+import discovery_inproc  # its in-memory transport
 
 
-class _Transport(asyncio.Transport):
-    """Collects what the server writes; resolves ``done`` once a whole response (Content-Length) is in."""
+class _Transport(discovery_inproc._Transport):
+    """bench/discovery_inproc.py's in-memory transport, but ``done`` resolves once a whole response
+    (Content-Length) is in, with its bytes: checkout responses may take more than one write."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.done: asyncio.Future[bytes] | None = None
         self.buf = b""
-        self._closing = False
 
     def write(self, data) -> None:
         self.buf += bytes(data)
@@ -62,27 +62,6 @@ class _Transport(asyncio.Transport):
         if len(body) >= length and self.done is not None and not self.done.done():
             self.done.set_result(self.buf)
             self.buf = b""
-
-    def writelines(self, lines) -> None:
-        self.write(b"".join(lines))
-
-    def is_closing(self) -> bool:
-        return self._closing
-
-    def close(self) -> None:
-        self._closing = True
-
-    def get_extra_info(self, name, default=None):
-        return {"peername": ("127.0.0.1", 5555), "sockname": ("127.0.0.1", 8080)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
 
 
 class _Client:

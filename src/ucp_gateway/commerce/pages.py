@@ -19,8 +19,9 @@ only read, inside a tenant transaction (RLS).
 
 from __future__ import annotations
 
+import functools
 import html
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -178,22 +179,31 @@ def _not_found(shop: str, what: str) -> web.Response:
     return _html(_page(shop, "Not found", f"<p>This {_e(what)} does not exist.</p>"), status=404)
 
 
-async def _shop(request: web.Request) -> Company | web.Response:
-    try:
-        return await company_of(request)
-    except GatewayError:
-        return _html(_page("UCP gateway", "Not found", "<p>No shop is served on this host.</p>"), status=404)
+ShopPage = Callable[[web.Request, Company], Awaitable[web.Response]]
+
+
+def _shop_page(fn: ShopPage) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A route handler that runs ``fn(request, company)`` for the Host's shop, or answers an HTML
+    404 when no shop is served on the Host; marked as a page for people (no signature asked)."""
+
+    @human_page
+    @functools.wraps(fn)
+    async def handler(request: web.Request) -> web.Response:
+        try:
+            company = await company_of(request)
+        except GatewayError:
+            return _html(_page("UCP gateway", "Not found", "<p>No shop is served on this host.</p>"), status=404)
+        return await fn(request, company)
+
+    return handler
 
 
 def _name(company: Company) -> str:
     return company.display_name or company.slug
 
 
-@human_page
-async def home(request: web.Request) -> web.Response:
-    company = await _shop(request)
-    if isinstance(company, web.Response):
-        return company
+@_shop_page
+async def home(request: web.Request, company: Company) -> web.Response:
     async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
         products = await conn.fetch("SELECT id, title, price, currency FROM products ORDER BY title, id LIMIT 500")
     rows = [{**dict(p), "currency": p["currency"].strip()} for p in products]
@@ -201,11 +211,8 @@ async def home(request: web.Request) -> web.Response:
 
 
 def _policy(kind: str):
-    @human_page
-    async def handler(request: web.Request) -> web.Response:
-        company = await _shop(request)
-        if isinstance(company, web.Response):
-            return company
+    @_shop_page
+    async def handler(request: web.Request, company: Company) -> web.Response:
         cs = (company.settings or {}).get("commerce")
         pages = cs.get("pages") if isinstance(cs, dict) else None
         text = pages.get(kind) if isinstance(pages, dict) else None
@@ -216,11 +223,8 @@ def _policy(kind: str):
     return handler
 
 
-@human_page
-async def checkout_page(request: web.Request) -> web.Response:
-    company = await _shop(request)
-    if isinstance(company, web.Response):
-        return company
+@_shop_page
+async def checkout_page(request: web.Request, company: Company) -> web.Response:
     async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
         row = await repo.get_checkout(conn, request.match_info["id"])
     if row is None:
@@ -231,11 +235,8 @@ async def checkout_page(request: web.Request) -> web.Response:
     return _html(render_checkout_page(_name(company), row["body"], status=status))
 
 
-@human_page
-async def order_page(request: web.Request) -> web.Response:
-    company = await _shop(request)
-    if isinstance(company, web.Response):
-        return company
+@_shop_page
+async def order_page(request: web.Request, company: Company) -> web.Response:
     async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
         order, events, adjs = await repo.get_order_rows(conn, request.match_info["id"])
     if order is None:
