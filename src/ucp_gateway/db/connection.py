@@ -34,21 +34,33 @@ import asyncpg
 
 __all__ = ["GatewayConnection", "leaves_session_state"]
 
-_STMT_START = re.compile(r"(?:^|;)\s*(?:SET|RESET|LISTEN|UNLISTEN|DECLARE|PREPARE|DO|DISCARD|LOAD)\b", re.I)
+_STMT_START = re.compile(r"\s*(?:SET|RESET|LISTEN|UNLISTEN|DECLARE|PREPARE|DO|DISCARD|LOAD)\b", re.I)
 _ANYWHERE = re.compile(r"pg_(?:try_)?advisory_lock|\bLISTEN\b|\bWITH\s+HOLD\b|\bTEMP(?:ORARY)?\b", re.I)
-_SET_LOCAL = re.compile(r"(?:^|;)\s*SET\s+LOCAL\b", re.I)
+# each branch of _ANYWHERE contains one of these (PostgreSQL's keywords are ASCII): a cheap prefilter
+_ANYWHERE_NEEDLES = ("advisory_lock", "listen", "hold", "temp")
+_SET_LOCAL = re.compile(r"\s*SET\s+LOCAL\b", re.I)
 _SET_CONFIG = re.compile(r"set_config\"?\s*\(", re.I)
+_SET_CONFIG_LOWER = re.compile(r"set_config\"?\s*\(")  # on lower-cased ASCII text: a fast literal search
+# the common local call: two plain literals (or a parameter) and the literal true
+_LOCAL_CALL = re.compile(r"\s*'[^']*'\s*,\s*(?:'[^']*'|\$\d+)\s*,\s*true\s*\)", re.I)
 _CACHE_MAX = 4096
 _verdicts: dict[str, bool] = {}
 
 
 def _strip_comments(sql: str) -> str:
+    if "--" not in sql and "/*" not in sql:
+        return sql
     return re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S)
 
 
 def _set_config_is_local(sql: str, start: int) -> bool:
     """True when the set_config call opening at ``start`` (just after its ``(``) ends with the
     literal third argument ``true``."""
+    return _LOCAL_CALL.match(sql, start) is not None or _parse_set_config_is_local(sql, start)
+
+
+def _parse_set_config_is_local(sql: str, start: int) -> bool:
+    """:func:`_set_config_is_local` for any call: its arguments split at top-level commas."""
     depth, args, cur, i, quote = 1, [], [], start, None
     while i < len(sql):
         ch = sql[i]
@@ -78,13 +90,21 @@ def _set_config_is_local(sql: str, start: int) -> bool:
 
 
 def _classify(sql: str) -> bool:
+    """The verdict of :func:`leaves_session_state`. Statements start at the text's start and after
+    every ``;``; the prefilters only skip regexes that cannot match, so the verdict is that of the
+    regexes alone (tests/db/test_pool_reset.py compares them)."""
     text = _strip_comments(sql)
-    if _ANYWHERE.search(text):
+    low = text.lower()
+    if any(n in low for n in _ANYWHERE_NEEDLES) and _ANYWHERE.search(text):
         return True
-    for m in _STMT_START.finditer(text):
-        if not _SET_LOCAL.match(text, m.start()):
+    for part in text.split(";"):
+        if _STMT_START.match(part) and not _SET_LOCAL.match(part):
             return True
-    return any(not _set_config_is_local(text, m.end()) for m in _SET_CONFIG.finditer(text))
+    if "set_config" not in low:
+        return False
+    # lower() keeps offsets only for ASCII text
+    calls = _SET_CONFIG_LOWER.finditer(low) if text.isascii() else _SET_CONFIG.finditer(text)
+    return any(not _set_config_is_local(text, m.end()) for m in calls)
 
 
 def leaves_session_state(sql: str) -> bool:
