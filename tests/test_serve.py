@@ -53,6 +53,31 @@ async def test_in_flight_request_finishes_after_stop_and_logs_carry_request_id(d
     assert [x["event"] for x in lines if x["event"] in ("shutting_down", "stopped")] == ["shutting_down", "stopped"]
 
 
+async def test_startup_objects_are_frozen_out_of_the_collector_while_serving(db_settings):
+    """A full collection under load traverses only what requests left behind: the app and its
+    imports are in the permanent generation while serving, and collectable again afterwards."""
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    seen = []
+    stop = asyncio.Event()
+
+    async def hook(app):  # before serving: nothing frozen yet
+        seen.append(gc.get_freeze_count())
+
+    server = asyncio.create_task(run_server(db_settings.model_copy(update={"port": 0}), before_serve=hook, stop=stop))
+    for _ in range(500):
+        await asyncio.sleep(0.02)
+        if gc.get_freeze_count():
+            break
+    frozen = gc.get_freeze_count()
+    stop.set()
+    await asyncio.wait_for(server, 15)
+    assert seen == [0]
+    assert frozen > 10_000  # the app, pydantic models, modules
+    assert gc.get_freeze_count() == 0
+
+
 def test_serving_loop_is_uvloop_when_installed_and_asyncio_on_request(monkeypatch):
     import sys
 
