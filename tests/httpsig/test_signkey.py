@@ -121,7 +121,8 @@ async def test_probe_rides_on_commit_and_fails_closed(shop, database):
     assert await status(good, cid=other.id) == "SELECT 1"  # the read sets its own company context
     assert await status(good, armed=False) is None
     assert await status(good, fail=True) is None  # a rollback sends nothing
-    assert await status(probe_sql(company.id, key.kid[:-1] + "A", record)) == "SELECT 0"
+    other_kid = key.kid[:-1] + ("B" if key.kid.endswith("A") else "A")  # never the kid itself
+    assert await status(probe_sql(company.id, other_kid, record)) == "SELECT 0"
     assert await status(probe_sql(company.id, key.kid, record + " ")) == "SELECT 0"
     assert await status(probe_sql(other.id, key.kid, record)) == "SELECT 0"
     async with pool.acquire() as conn:  # no context left on the pooled connections
