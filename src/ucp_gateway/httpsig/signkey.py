@@ -29,15 +29,10 @@ from ..db import CommitProbe
 __all__ = ["SigningKeys", "probe_sql"]
 
 _KID = re.compile(r"[A-Za-z0-9_-]{1,128}")  # base64url thumbprints; anything else is never inlined
-# One row iff kid is the company's active key. Sets its own tenant context (the transaction's is gone
-# after COMMIT): the LATERAL subquery (OFFSET 0) is scanned after set_config, as keys.repository's
-# one-statement read; the explicit company_id predicate rules out another tenant's row.
-_PROBE = (
-    "SELECT 1 FROM (SELECT set_config('app.company_id', '{cid}', true) AS cid) AS ctx"
-    " CROSS JOIN LATERAL (SELECT 1 FROM company_keys WHERE state = 'active'"
-    " AND company_id = ctx.cid::uuid AND kid = '{kid}'"
-    " AND sha256(convert_to(private_enc::text, 'UTF8')) = decode('{digest}', 'hex') OFFSET 0) AS k"
-)
+# One row iff kid is the company's active key (migration 0056: a function, so its query is planned once
+# per connection rather than with every signed response). It sets its own tenant context (the
+# transaction's is gone after COMMIT) and checks the company explicitly besides RLS.
+_PROBE = "SELECT 1 WHERE signing_key_confirmed('{cid}', '{kid}', decode('{digest}', 'hex'))"
 _CONFIRMED = "SELECT 1"
 
 
