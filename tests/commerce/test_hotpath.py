@@ -103,3 +103,19 @@ def test_verb_body_text_parses_as_its_utf8_bytes_any_ascii(text):
 
     for t in (text, "{" + text + "}", '{"k":"' + text + '"}'):
         assert _outcome(_body, {"body_text": t}) == _outcome(lambda s: parse_json(s.encode()), t)
+
+
+_HOSTS = ["shop.example", "Shop.Example:8443", "[::1]:8080", "::1", "127.0.0.1:80", "a:0", "a:99999", "", "x y"]
+_HOSTS += ["[::1]"]
+
+
+@pytest.mark.parametrize("host", _HOSTS)
+def test_memoised_origin_and_host_check_are_tenancys(host):
+    from ucp_gateway.commerce.context import _origin, _valid_host
+    from ucp_gateway.tenancy import public_origin, valid_host_header
+
+    for _ in range(2):  # the second answer comes from the memo
+        assert _valid_host(host) == valid_host_header(host)
+        for scheme in ("https", "http"):
+            for port in (None, 80, 443, 8182):
+                assert _origin(scheme, host, port) == public_origin(scheme, host, port)

@@ -182,6 +182,18 @@ def _discovery() -> tuple[Any, ...] | None:
     return parse_ucp_agent, tolerated, negotiate_request, REQ_AGENT_ROLE, PROFILE_FETCHER
 
 
+# pure functions of the Host header and settings, asked twice per request (negotiate, build_context)
+# with the values a shop's requests repeat: memoised (bounded; exceptions are never cached)
+@functools.lru_cache(maxsize=1024)
+def _origin(scheme: str, host: str, port: int | None) -> str:
+    return public_origin(scheme, host, port)
+
+
+@functools.lru_cache(maxsize=1024)
+def _valid_host(host: str) -> bool:
+    return valid_host_header(host)
+
+
 @functools.lru_cache(maxsize=64)
 def _http_hosts(dev_mode: bool, hosts: tuple[str, ...]) -> frozenset[str]:
     return frozenset(h.lower() for h in hosts) if dev_mode else frozenset()
@@ -203,7 +215,7 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
     if profile_fetcher not in app:
         return None
     settings: Settings = app[SETTINGS]
-    origin = public_origin(settings.public_scheme, request.host, settings.public_port)
+    origin = _origin(settings.public_scheme, request.host, settings.public_port)
     hosts = _http_hosts(settings.dev_mode, tuple(settings.dev_profile_hosts))
     header = request.headers.get("UCP-Agent")
     try:
@@ -348,9 +360,9 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
     ``settings.commerce`` entries.
     """
     settings = request.app[SETTINGS]
-    if not valid_host_header(request.host):  # it is echoed into continue_url, links and permalinks
+    if not _valid_host(request.host):  # it is echoed into continue_url, links and permalinks
         raise BadRequest("invalid Host header")
-    base_url = public_origin(settings.public_scheme, request.host, settings.public_port)
+    base_url = _origin(settings.public_scheme, request.host, settings.public_port)
     cs = (company.settings or _NO_SETTINGS).get("commerce") or _NO_SETTINGS
     parts = _shop_parts(base_url, settings, cs, neg)
     return CommerceContext(
