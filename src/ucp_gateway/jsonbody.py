@@ -91,6 +91,9 @@ def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     Returns: the decoded value (dict, list, str, int, float, bool or None).
     Raises: InvalidJson (a ValueError) for malformed JSON, NaN/Infinity, nesting deeper than
         ``max_depth``, or a string containing U+0000 or an unpaired surrogate.
+
+    The json module is the reference; a plain text (:func:`_plain`, no 19-digit run) is read by
+    orjson, which gives the same value for every such text it accepts (tests/test_jsonbody.py).
     """
     plain = type(raw) is bytes or type(raw) is str
     if plain and orjson is not None and _plain(raw, max_depth) and not _long_digits_any(raw):
