@@ -65,11 +65,12 @@ class _Transport(discovery_inproc._Transport):
 
 
 class _Client:
-    def __init__(self, protocol, transport: _Transport, buyer: cf.Buyer, authority: str):
+    def __init__(self, protocol, transport: _Transport, buyer: cf.Buyer, authority: str, sign: bool = False):
         self.protocol, self.transport, self.buyer, self.authority = protocol, transport, buyer, authority
+        self.sign = sign
 
     async def call(self, method: str, path: str, body: bytes, key: str) -> dict:
-        h = self.buyer.headers(method, self.authority, path, body, key, False)
+        h = self.buyer.headers(method, self.authority, path, body, key, self.sign)
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self.authority}", f"Content-Length: {len(body)}"]
         lines += [f"{k}: {v}" for k, v in h.items()]
         self.transport.done = asyncio.get_running_loop().create_future()
@@ -103,6 +104,7 @@ def _callgrind(on: bool) -> None:
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=["verbs", "plain"], default="verbs")
+    ap.add_argument("--signed", action="store_true", help="RFC 9421 verification on, signed requests (production)")
     ap.add_argument("--flows", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--callgrind", action="store_true", help="switch callgrind instrumentation around the run")
@@ -134,14 +136,15 @@ async def main() -> None:
         platform = await cf._platform([buyer], pport)
         settings = Settings(host="127.0.0.1", port=8080)
         configure_logging(settings)
-        gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
+        if not args.signed:
+            gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
         runner = web.AppRunner(gateway_app.create_app(settings), access_log=None)
         await runner.setup()
         install_front(runner)
         protocol = runner.server()
         transport = _Transport()
         protocol.connection_made(transport)
-        client = _Client(protocol, transport, buyer, "127.0.0.1:8080")
+        client = _Client(protocol, transport, buyer, "127.0.0.1:8080", args.signed)
         await _flows(client, 50)  # warm-up: profile cache, prepared statements, pool
         if args.callgrind:
             _callgrind(True)
@@ -163,7 +166,8 @@ async def main() -> None:
             t0 = time.thread_time()
             await _flows(client, args.flows)
             cpu.append((time.thread_time() - t0) / args.flows * 1e3)
-        print(f"{args.mode}: min {min(cpu):.3f} ms CPU/flow ({', '.join(f'{x:.3f}' for x in cpu)})")
+        mode = args.mode + (" signed" if args.signed else "")
+        print(f"{mode}: min {min(cpu):.3f} ms CPU/flow ({', '.join(f'{x:.3f}' for x in cpu)})")
     finally:
         if runner is not None:
             await runner.cleanup()

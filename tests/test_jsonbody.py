@@ -269,3 +269,68 @@ def test_long_digits_agrees_with_the_regex(text):
     from ucp_gateway.jsonbody import _long_digits
 
     assert _long_digits(text) == (re.search(r"[0-9]{19}", text) is not None)
+
+
+def _typed(value):
+    """``value`` with every scalar tagged by its type (so 1 != 1.0 != True and -0.0 != 0.0)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, repr(value))
+
+
+def _strict_outcome(raw):
+    try:
+        return ("ok", _typed(loads_strict(raw)))
+    except InvalidJson as exc:
+        return ("refused", str(exc))
+
+
+def _stdlib_outcome(raw):
+    """loads_strict by the json module alone (no orjson): the reference of its fast path."""
+    from unittest import mock
+
+    from ucp_gateway import jsonbody
+
+    with mock.patch.object(jsonbody, "orjson", None):
+        return _strict_outcome(raw)
+
+
+_WS = st.sampled_from(["", " ", "\t", "\n", "\r\n", "  "])
+_floats = st.floats(allow_nan=False) | st.sampled_from([0.0, -0.0, 1e-7, 1e22, 5e-324, 1.7976931348623157e308])
+_num_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | _floats | st.text(max_size=5),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_num_values, _WS, st.booleans(), st.booleans())
+def test_orjson_fast_path_reads_as_the_json_module(value, ws, as_bytes, dup):
+    text = json.dumps(value, ensure_ascii=False)
+    if dup and isinstance(value, dict) and value:  # a repeated key: the last one wins in both
+        k = next(iter(value))
+        text = "{" + json.dumps(k) + ":0," + text[1:]
+    text = ws + text.replace(",", "," + ws).replace(":", ws + ":") + ws
+    raw = text.encode("utf-8", "surrogatepass") if as_bytes else text
+    assert _strict_outcome(raw) == _stdlib_outcome(raw)
+
+
+_JUNK = '{}[],:"\\ 0123456789.eE+-truefalsnNIinfyx\t\x0c\x1f\u00e9\ufeff'
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(_JUNK), max_size=24))
+def test_orjson_fast_path_refuses_as_the_json_module(text):
+    for raw in (text, text.encode("utf-8", "surrogatepass"), b"\xef\xbb\xbf" + text.encode()):
+        assert _strict_outcome(raw) == _stdlib_outcome(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["\ufeff{}", b"\xef\xbb\xbf{}", b'{"a":1e400}', b'{"a":-1e400}', b"[1234567890123456789]", b'{"a":1,"a":2}', b"-0"],
+)
+def test_orjson_fast_path_edge_cases(raw):
+    assert _strict_outcome(raw) == _stdlib_outcome(raw)

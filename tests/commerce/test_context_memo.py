@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
@@ -52,3 +53,23 @@ def test_same_inputs_share_the_shop_and_other_inputs_do_not():
     assert list(v.shop.ucp["payment_handlers"]) == ["dev.other.mock_payment"] != list(a1.shop.ucp["payment_handlers"])
     # per-request facts are never shared
     assert a1.caller == "https://a.example/p" and b.caller == "https://b.example/p"
+
+
+def test_build_context_makes_what_the_dataclass_constructor_makes():
+    import dataclasses
+
+    from ucp_gateway.commerce.service import CommerceContext
+
+    settings = Settings(database_url="postgresql://unused/x", checkout_ttl=3600)
+    for company, neg in (
+        (_company(None), None),
+        (_company({"currency": "EUR", "buyer_max_order_amount": 5000}), Negotiation("https://p/x", None, None, "u")),
+    ):
+        got = build_context(_request(settings), company, "https://p/x", neg)
+        want = CommerceContext(**{f.name: getattr(got, f.name) for f in dataclasses.fields(CommerceContext)})
+        assert type(got) is CommerceContext and got == want
+        assert list(vars(got).items()) == list(vars(want).items())  # same fields, same order
+        assert got.ttl.total_seconds() == 3600 and got.last_write is None
+        assert got.currency == (company.settings.get("commerce") or {}).get("currency", "USD")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            got.caller = "other"  # type: ignore[misc]

@@ -182,6 +182,18 @@ def _discovery() -> tuple[Any, ...] | None:
     return parse_ucp_agent, tolerated, negotiate_request, REQ_AGENT_ROLE, PROFILE_FETCHER
 
 
+# pure functions of the Host header and settings, asked twice per request (negotiate, build_context)
+# with the values a shop's requests repeat: memoised (bounded; exceptions are never cached)
+@functools.lru_cache(maxsize=1024)
+def _origin(scheme: str, host: str, port: int | None) -> str:
+    return public_origin(scheme, host, port)
+
+
+@functools.lru_cache(maxsize=1024)
+def _valid_host(host: str) -> bool:
+    return valid_host_header(host)
+
+
 @functools.lru_cache(maxsize=64)
 def _http_hosts(dev_mode: bool, hosts: tuple[str, ...]) -> frozenset[str]:
     return frozenset(h.lower() for h in hosts) if dev_mode else frozenset()
@@ -203,7 +215,7 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
     if profile_fetcher not in app:
         return None
     settings: Settings = app[SETTINGS]
-    origin = public_origin(settings.public_scheme, request.host, settings.public_port)
+    origin = _origin(settings.public_scheme, request.host, settings.public_port)
     hosts = _http_hosts(settings.dev_mode, tuple(settings.dev_profile_hosts))
     header = request.headers.get("UCP-Agent")
     try:
@@ -348,12 +360,15 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
     ``settings.commerce`` entries.
     """
     settings = request.app[SETTINGS]
-    if not valid_host_header(request.host):  # it is echoed into continue_url, links and permalinks
+    if not _valid_host(request.host):  # it is echoed into continue_url, links and permalinks
         raise BadRequest("invalid Host header")
-    base_url = public_origin(settings.public_scheme, request.host, settings.public_port)
+    base_url = _origin(settings.public_scheme, request.host, settings.public_port)
     cs = (company.settings or _NO_SETTINGS).get("commerce") or _NO_SETTINGS
     parts = _shop_parts(base_url, settings, cs, neg)
-    return CommerceContext(
+    # the frozen dataclass's __init__ sets its 12 fields one object.__setattr__ at a time; this is
+    # the same instance state, in field order (tests/commerce/test_context_memo.py compares them)
+    ctx = object.__new__(CommerceContext)
+    ctx.__dict__.update(
         company_id=company.id,
         caller=caller,
         now=request.app[CLOCK].now(),
@@ -361,8 +376,15 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
         order_ucp=parts.order_ucp,
         handler_ids=parts.handler_ids,
         currency=cs.get("currency", "USD"),
-        ttl=timedelta(seconds=settings.checkout_ttl),
+        ttl=_ttl(settings.checkout_ttl),
         max_order_amount=cs.get("buyer_max_order_amount", settings.buyer_max_order_amount),
         pickup_locations=parts.pickup,
         webhook_url=neg.webhook_url if neg else None,
+        last_write=None,
     )
+    return ctx
+
+
+@functools.lru_cache(maxsize=16)
+def _ttl(seconds: int) -> timedelta:
+    return timedelta(seconds=seconds)

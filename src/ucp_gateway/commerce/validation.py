@@ -29,8 +29,8 @@ class InvalidRequest(BadRequest):
     code = "invalid_request"
 
 
-def parse_json(raw: bytes) -> dict[str, Any]:
-    """Decode a JSON object body. Raises InvalidRequest."""
+def parse_json(raw: bytes | str) -> dict[str, Any]:
+    """Decode a JSON object body (bytes, or text as loads_strict takes it). Raises InvalidRequest."""
     try:
         data = loads_strict(raw or b"{}")
     except InvalidJson as exc:

@@ -41,7 +41,12 @@ Op = Callable[[asyncpg.Connection, CommerceContext, dict[str, Any]], Awaitable[O
 
 
 def _body(args) -> dict[str, Any]:
-    return parse_json(args.get("body_text", "").encode())
+    text = args.get("body_text", "")
+    # ASCII text without NUL: its UTF-8 bytes are the same characters, and json's encoding detection
+    # (BOM, NUL patterns) finds plain UTF-8 in them, so the text is parsed without the round trip
+    if type(text) is str and text and text.isascii() and "\x00" not in text:
+        return parse_json(text)
+    return parse_json(text.encode())
 
 
 async def _cancel(conn: asyncpg.Connection, ctx: CommerceContext, args: dict[str, Any]) -> Outcome:

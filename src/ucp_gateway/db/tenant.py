@@ -44,52 +44,111 @@ class CommitProbe:
 COMMIT_PROBE: ContextVar[CommitProbe | None] = ContextVar("ucpgw_commit_probe", default=None)
 
 
-@asynccontextmanager
-async def _unit(
+class _Unit:
+    """A transaction whose first statement sets the context: ``fused`` (validated text) goes out
+    with ``BEGIN`` in one round trip on a :class:`.connection.GatewayConnection`; otherwise (other
+    connection classes, or ``fused`` None) ``sql`` with ``args`` runs as its own statement.
+    ``then`` (validated text, no parameters) runs right after the context, in the same round trip
+    when ``fused`` goes out with ``BEGIN``.
+
+    The steps of ``async with pool.acquire() as conn: async with conn.transaction(...): ...`` written
+    as one async context manager object: every request opens one, and a generator-based
+    ``@asynccontextmanager`` (two of them, nested, before) costs a generator, a helper call and an
+    ``anext`` per enter and exit. tests/db/test_tenant_unit.py holds the generator form as the reference.
+    """
+
+    __slots__ = ("_acq", "_after", "_args", "_conn", "_fused", "_isolation", "_pool", "_probe", "_sql", "_then", "_tx")
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        fused: str | None,
+        sql: str,
+        args: tuple[str, ...],
+        isolation: str | None,
+        then: str | None = None,
+    ):
+        self._pool, self._fused, self._sql, self._args = pool, fused, sql, args
+        self._isolation, self._then = isolation, then
+
+    async def __aenter__(self) -> asyncpg.Connection:
+        acq = self._acq = self._pool.acquire()
+        conn = await acq.__aenter__()
+        try:
+            fused, then = self._fused, self._then
+            after = self._after = getattr(conn, "after_begin", None) if fused is not None else None
+            if after is not None:
+                after(fused if then is None else f"{fused}; {then}")
+            try:
+                probe = self._probe = COMMIT_PROBE.get()
+                if probe is not None:
+                    probe.status = None  # the answer of this request's last tenant transaction, or none
+                tx = self._tx = conn.transaction(isolation=self._isolation)
+                await tx.__aenter__()
+                try:
+                    if after is None or not conn.begin_consumed():
+                        if after is not None:
+                            after(None)
+                        await conn.execute(self._sql, *self._args)
+                        if then is not None:
+                            await conn.execute(then)
+                except BaseException as exc:
+                    await tx.__aexit__(type(exc), exc, exc.__traceback__)  # rolls back; re-raised below
+                    raise
+            except BaseException:
+                if after is not None:
+                    after(None)
+                    conn.after_commit(None)
+                raise
+        except BaseException as exc:
+            await acq.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._conn = conn
+        return conn
+
+    async def __aexit__(self, et, ev, tb) -> bool:
+        conn, probe, after = self._conn, self._probe, self._after
+        try:
+            try:
+                sent = et is None and probe is not None and probe.armed and after is not None
+                if sent:
+                    conn.after_commit(probe.sql)  # only on the way to COMMIT (not on a rollback)
+                await self._tx.__aexit__(et, ev, tb)  # COMMIT, or ROLLBACK when the body raised
+                if sent:
+                    probe.status = conn.commit_status()
+            finally:
+                if after is not None:
+                    after(None)
+                    conn.after_commit(None)
+        except BaseException as exc:
+            await self._acq.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        await self._acq.__aexit__(et, ev, tb)
+        return False  # the body's exception (if any) propagates
+
+
+def _unit(
     pool: asyncpg.Pool,
     fused: str | None,
     sql: str,
     args: tuple[str, ...],
     isolation: str | None,
     then: str | None = None,
-) -> AsyncIterator[asyncpg.Connection]:
-    """A transaction whose first statement sets the context: ``fused`` (validated text) goes out
-    with ``BEGIN`` in one round trip on a :class:`.connection.GatewayConnection`; otherwise (other
-    connection classes, or ``fused`` None) ``sql`` with ``args`` runs as its own statement.
-    ``then`` (validated text, no parameters) runs right after the context, in the same round trip
-    when ``fused`` goes out with ``BEGIN``."""
-    async with pool.acquire() as conn:
-        after = getattr(conn, "after_begin", None) if fused is not None else None
-        if after is not None:
-            after(fused if then is None else f"{fused}; {then}")
-        probe, sent = COMMIT_PROBE.get(), False
-        if probe is not None:
-            probe.status = None  # the answer of this request's last tenant transaction, or none
-        try:
-            async with conn.transaction(isolation=isolation):
-                if after is None or not conn.begin_consumed():
-                    if after is not None:
-                        after(None)
-                    await conn.execute(sql, *args)
-                    if then is not None:
-                        await conn.execute(then)
-                yield conn
-                sent = probe is not None and probe.armed and after is not None
-                if sent:
-                    conn.after_commit(probe.sql)  # only on the way to COMMIT (not on a rollback)
-            if sent:
-                probe.status = conn.commit_status()
-        finally:
-            if after is not None:
-                after(None)
-                conn.after_commit(None)
+) -> _Unit:
+    """See :class:`_Unit` (``async with _unit(...) as conn``)."""
+    return _Unit(pool, fused, sql, args, isolation, then)
 
 
-@asynccontextmanager
-async def tenant_tx(
+# company id -> its validated text and the set_config statement (bounded; one entry per tenant)
+_CID_SQL: dict[object, tuple[str, str]] = {}
+
+
+def tenant_tx(
     pool: asyncpg.Pool, company_id: UUID | str, *, isolation: str = "read_committed", then: str | None = None
-) -> AsyncIterator[asyncpg.Connection]:
+) -> _Unit:
     """Run one transaction as company ``company_id``; RLS shows and accepts only its rows.
+
+    Use as ``async with tenant_tx(pool, company_id) as conn:``.
 
     Args:
         pool: the application-role pool (never the owner pool: the owner bypasses nothing, but
@@ -100,12 +159,38 @@ async def tenant_tx(
             context: constant or validated text only (never raw input), no parameters, no result
             (it may raise: then nothing of the unit ran and the error propagates).
     Yields: the connection, inside an open transaction (``BEGIN`` and the context in one round
-    trip). Commits on normal exit, rolls back on error. Raises ValueError for a malformed UUID.
+    trip). Commits on normal exit, rolls back on error. Raises ValueError for a malformed UUID
+    (when entered, as before).
     """
-    cid = str(UUID(str(company_id)))  # validated (canonical hex and hyphens): safe to inline
-    fused = f"SELECT set_config('app.company_id', '{cid}', true)"
-    async with _unit(pool, fused, "SELECT set_config('app.company_id', $1, true)", (cid,), isolation, then) as conn:
-        yield conn
+    uid = isinstance(company_id, UUID)  # asyncpg's UUID too: equal values, equal canonical text
+    hit = _CID_SQL.get(company_id) if uid else None
+    if hit is None:
+        try:
+            cid = str(UUID(str(company_id)))  # validated (canonical hex and hyphens): safe to inline
+        except ValueError as exc:
+            return _Failed(exc)  # type: ignore[return-value]
+        hit = (cid, f"SELECT set_config('app.company_id', '{cid}', true)")
+        if uid:
+            if len(_CID_SQL) >= 4096:
+                _CID_SQL.clear()
+            _CID_SQL[company_id] = hit
+    cid, fused = hit
+    return _Unit(pool, fused, "SELECT set_config('app.company_id', $1, true)", (cid,), isolation, then)
+
+
+class _Failed:
+    """An ``async with`` that raises ``exc`` on entry (a malformed company id, as the generator form did)."""
+
+    __slots__ = ("_exc",)
+
+    def __init__(self, exc: BaseException):
+        self._exc = exc
+
+    async def __aenter__(self):
+        raise self._exc
+
+    async def __aexit__(self, *exc) -> bool:  # pragma: no cover - never entered
+        return False
 
 
 @asynccontextmanager

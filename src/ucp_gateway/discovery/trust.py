@@ -10,6 +10,7 @@ Lookups are cached per (company, profile URL) for ``partner_cache_ttl`` seconds.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,13 @@ __all__ = ["REQ_AGENT_ROLE", "TrustCache", "trust_exempt", "trust_middleware"]
 REQ_AGENT_ROLE = web.RequestKey("ucpgw.agent_role", AgentRole)  # AgentRole of the UCP-Agent profile
 _EXEMPT = ("/.well-known/", "/admin/", "/healthz", "/readyz")
 _UCP_AGENT = istr("UCP-Agent")  # istr: no case folding of the name on every request
+
+
+@functools.lru_cache(maxsize=64)
+def _http_hosts(dev_mode: bool, hosts: tuple[str, ...]) -> frozenset[str]:
+    """The hosts whose profile URLs may be http (dev mode only), lower-cased: one object per value,
+    so parse_ucp_agent's memo hashes a cached frozenset instead of a new one per request."""
+    return frozenset(h.lower() for h in hosts) if dev_mode else frozenset()
 
 
 def trust_exempt(path: str) -> bool:
@@ -76,7 +84,6 @@ async def trust_middleware(
     if company is None or header is None or trust_exempt(request.path):
         return await handler(request)
     settings = request.app[SETTINGS]
-    hosts = frozenset(h.lower() for h in settings.dev_profile_hosts) if settings.dev_mode else frozenset()
-    agent = parse_ucp_agent(header, http_hosts=hosts)
+    agent = parse_ucp_agent(header, http_hosts=_http_hosts(settings.dev_mode, tuple(settings.dev_profile_hosts)))
     request[REQ_AGENT_ROLE] = await request.app[TRUST_CACHE].role(request, company.id, agent.profile)
     return await handler(request)
