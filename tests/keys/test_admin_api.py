@@ -194,7 +194,8 @@ async def test_scheduler_runs_in_one_replica_at_a_time(database, vault, two_comp
 
 
 async def test_pg_replay_cache_shared_and_expiring(database, clock):
-    s1, s2 = PgReplayStore(database.pool), PgReplayStore(database.pool)  # two replicas
+    # two replicas; no amortised purge here (it would take kid-2's row, expired at +331 s, 1 run in 100)
+    s1, s2 = PgReplayStore(database.pool, purge_probability=0), PgReplayStore(database.pool, purge_probability=0)
     now = clock.now()
     assert await s1.remember("kid-1", "n", now=now, ttl=330)
     assert not await s2.remember("kid-1", "n", now=now + dt.timedelta(seconds=10), ttl=330)
@@ -203,6 +204,15 @@ async def test_pg_replay_cache_shared_and_expiring(database, clock):
     assert await s1.purge(now + dt.timedelta(days=1)) == 2
     async with platform_tx(database.pool) as conn:
         assert await conn.fetchval("SELECT count(*) FROM signature_nonces") == 0
+
+
+async def test_pg_replay_cache_purges_expired_rows_along_the_way(database, clock):
+    store = PgReplayStore(database.pool, purge_probability=1)  # every call purges what has expired
+    now = clock.now()
+    assert await store.remember("kid-1", "a", now=now, ttl=30)
+    assert await store.remember("kid-1", "b", now=now + dt.timedelta(seconds=31), ttl=30)  # "a" purged
+    async with platform_tx(database.pool) as conn:
+        assert await conn.fetchval("SELECT array_agg(nonce) FROM signature_nonces") == ["b"]
 
 
 async def test_cli_keys_and_tokens(db_settings, database, two_companies, capsys, tmp_path):
