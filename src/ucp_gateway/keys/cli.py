@@ -125,7 +125,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, help_ in (
         ("activate", "activate a pending key"),
         ("retire", "retire a rotating/pending key"),
-        ("compromise", "mark a key compromised (unpublished at once)"),
+        ("compromise", "mark a key compromised (never signs again; gone from the profile at its next render, seconds)"),
     ):
         p = ks.add_parser(name, help=help_, parents=[common_parser()])
         p.add_argument("--company", required=True, help="company slug or id")
