@@ -13,7 +13,6 @@ import pytest
 from ucp_gateway.db import connection as connection_mod
 from ucp_gateway.db import platform_scan_tx, platform_tx, tenant_tx
 from ucp_gateway.db.connection import GatewayConnection, leaves_session_state
-from ucp_gateway.db.database import connect_database
 from ucp_gateway.tenancy import create_company
 from ucp_gateway.verbs.reads import tenant_conn
 
@@ -129,16 +128,6 @@ def test_fast_classifier_gives_the_reference_verdict():
     wrong = [t for t in texts if connection_mod._classify(t) != _reference_classify(t)]
     assert wrong == []
     assert {_reference_classify(t) for t in texts} == {True, False}
-
-
-@pytest.fixture
-async def one_conn_db(db_settings):
-    """A Database whose pool has exactly one connection: every acquire gets the same session."""
-    db = await connect_database(db_settings.model_copy(update={"db_pool_min": 1, "db_pool_max": 1}))
-    try:
-        yield db
-    finally:
-        await db.close()
 
 
 @pytest.fixture

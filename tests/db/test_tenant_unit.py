@@ -12,7 +12,6 @@ import asyncpg
 import pytest
 
 from ucp_gateway.db import tenant as tenant_mod
-from ucp_gateway.db.database import connect_database
 from ucp_gateway.db.tenant import COMMIT_PROBE, CommitProbe, tenant_tx
 from ucp_gateway.tenancy import create_company
 
@@ -54,15 +53,6 @@ async def _reference_tenant_tx(pool, company_id, *, isolation="read_committed", 
     sql = "SELECT set_config('app.company_id', $1, true)"
     async with _reference_unit(pool, fused, sql, (cid,), isolation, then) as c:
         yield c
-
-
-@pytest.fixture
-async def one_conn_db(db_settings):
-    db = await connect_database(db_settings.model_copy(update={"db_pool_min": 1, "db_pool_max": 1}))
-    try:
-        yield db
-    finally:
-        await db.close()
 
 
 async def _scenario(tx, db, company) -> list:

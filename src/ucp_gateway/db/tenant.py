@@ -127,18 +127,6 @@ class _Unit:
         return False  # the body's exception (if any) propagates
 
 
-def _unit(
-    pool: asyncpg.Pool,
-    fused: str | None,
-    sql: str,
-    args: tuple[str, ...],
-    isolation: str | None,
-    then: str | None = None,
-) -> _Unit:
-    """See :class:`_Unit` (``async with _unit(...) as conn``)."""
-    return _Unit(pool, fused, sql, args, isolation, then)
-
-
 # company id -> its validated text and the set_config statement (bounded; one entry per tenant)
 _CID_SQL: dict[object, tuple[str, str]] = {}
 
@@ -197,7 +185,7 @@ class _Failed:
 async def platform_tx(pool: asyncpg.Pool, *, isolation: str = "read_committed") -> AsyncIterator[asyncpg.Connection]:
     """One transaction with no tenant context: tenant tables show no rows; platform tables are open."""
     sql = "SELECT set_config('app.company_id', '', true)"
-    async with _unit(pool, sql, sql, (), isolation) as conn:
+    async with _Unit(pool, sql, sql, (), isolation) as conn:
         yield conn
 
 
@@ -213,5 +201,5 @@ async def platform_scan_tx(pool: asyncpg.Pool, scope: str) -> AsyncIterator[asyn
     """
     sql = "SELECT set_config('app.company_id', '', true), set_config('app.platform_scan', $1, true)"
     fused = sql.replace("$1", f"'{scope}'") if _SCOPE.fullmatch(scope) else None
-    async with _unit(pool, fused, sql, (scope,), None) as conn:
+    async with _Unit(pool, fused, sql, (scope,), None) as conn:
         yield conn
