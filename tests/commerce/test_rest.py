@@ -286,6 +286,18 @@ async def test_checkout_links_keep_the_public_port(aiohttp_client, database, db_
     assert co["continue_url"].startswith(f"{db_settings.public_scheme}://127.0.0.1:8443/"), co["continue_url"]
 
 
+async def test_checkout_links_lower_case_the_host(client):
+    """Regression (newcomer): ``Host: LOCALHOST:<port>`` was echoed as written into continue_url and
+    links, where /.well-known/ucp lower-cases it."""
+    port = client.server.port
+    h = {**headers(key=new_key()), "Host": f"LocalHost:{port}"}
+    r = await client.post(url("/checkout-sessions"), json=payload(), headers=h)
+    co = await r.json()
+    assert r.status == 201, co
+    urls = [co["continue_url"], *(link["url"] for link in co["links"])]
+    assert all(u.split("/")[2] == f"localhost:{port}" for u in urls), urls
+
+
 async def test_unstorable_input_is_400_never_503(client):
     """Regression (newcomer fuzzing): U+0000, unpaired surrogates and deep nesting reached
     PostgreSQL or the JSON parser and came back as 503 execution_failed naming the exception."""

@@ -186,7 +186,8 @@ def _discovery() -> tuple[Any, ...] | None:
 # with the values a shop's requests repeat: memoised (bounded; exceptions are never cached)
 @functools.lru_cache(maxsize=1024)
 def _origin(scheme: str, host: str, port: int | None) -> str:
-    return public_origin(scheme, host, port)
+    # host names are case-insensitive: lower-cased, as /.well-known/ucp writes them (RFC 3986 §6.2.2.1)
+    return public_origin(scheme, host.lower(), port)
 
 
 @functools.lru_cache(maxsize=1024)
