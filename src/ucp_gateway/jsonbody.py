@@ -99,8 +99,8 @@ def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         max_depth: deepest accepted nesting of objects and arrays.
     Returns: the decoded value (dict, list, str, int, float, bool or None).
     Raises: InvalidJson (a ValueError) for malformed JSON, NaN/Infinity, a number out of the
-        double range (1e400), nesting deeper than
-        ``max_depth``, or a string containing U+0000 or an unpaired surrogate.
+        double range (1e400), nesting deeper than ``max_depth``, or a string containing U+0000
+        or an unpaired surrogate.
 
     The json module is the reference; a plain text (:func:`_plain`, no 19-digit run) is read by
     orjson, which gives the same value for every such text it accepts (tests/test_jsonbody.py).

@@ -104,7 +104,7 @@ async def _scenario(tx, db, company) -> list:
     async with pool.acquire() as conn:
         out.append(await conn.fetchval("SELECT current_setting('app.company_id', true)") or "")
         out.append(conn.is_in_transaction())
-    # a malformed company id: ValueError when entered
+    # a malformed company id: ValueError
     for bad in ("not-a-uuid", 42):
         with pytest.raises(ValueError) as info:
             async with tx(pool, bad):

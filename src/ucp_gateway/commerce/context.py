@@ -366,10 +366,7 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
     base_url = _origin(settings.public_scheme, request.host, settings.public_port)
     cs = (company.settings or _NO_SETTINGS).get("commerce") or _NO_SETTINGS
     parts = _shop_parts(base_url, settings, cs, neg)
-    # the frozen dataclass's __init__ sets its 12 fields one object.__setattr__ at a time; this is
-    # the same instance state, in field order (tests/commerce/test_context_memo.py compares them)
-    ctx = object.__new__(CommerceContext)
-    ctx.__dict__.update(
+    return CommerceContext(
         company_id=company.id,
         caller=caller,
         now=request.app[CLOCK].now(),
@@ -377,15 +374,8 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
         order_ucp=parts.order_ucp,
         handler_ids=parts.handler_ids,
         currency=cs.get("currency", "USD"),
-        ttl=_ttl(settings.checkout_ttl),
+        ttl=timedelta(seconds=settings.checkout_ttl),
         max_order_amount=cs.get("buyer_max_order_amount", settings.buyer_max_order_amount),
         pickup_locations=parts.pickup,
         webhook_url=neg.webhook_url if neg else None,
-        last_write=None,
     )
-    return ctx
-
-
-@functools.lru_cache(maxsize=16)
-def _ttl(seconds: int) -> timedelta:
-    return timedelta(seconds=seconds)

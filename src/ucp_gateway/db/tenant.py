@@ -147,16 +147,12 @@ def tenant_tx(
             context: constant or validated text only (never raw input), no parameters, no result
             (it may raise: then nothing of the unit ran and the error propagates).
     Yields: the connection, inside an open transaction (``BEGIN`` and the context in one round
-    trip). Commits on normal exit, rolls back on error. Raises ValueError for a malformed UUID
-    (when entered, as before).
+    trip). Commits on normal exit, rolls back on error. Raises ValueError for a malformed UUID.
     """
     uid = isinstance(company_id, UUID)  # asyncpg's UUID too: equal values, equal canonical text
     hit = _CID_SQL.get(company_id) if uid else None
     if hit is None:
-        try:
-            cid = str(UUID(str(company_id)))  # validated (canonical hex and hyphens): safe to inline
-        except ValueError as exc:
-            return _Failed(exc)  # type: ignore[return-value]
+        cid = str(UUID(str(company_id)))  # validated (canonical hex and hyphens): safe to inline
         hit = (cid, f"SELECT set_config('app.company_id', '{cid}', true)")
         if uid:
             if len(_CID_SQL) >= 4096:
@@ -164,21 +160,6 @@ def tenant_tx(
             _CID_SQL[company_id] = hit
     cid, fused = hit
     return _Unit(pool, fused, "SELECT set_config('app.company_id', $1, true)", (cid,), isolation, then)
-
-
-class _Failed:
-    """An ``async with`` that raises ``exc`` on entry (a malformed company id, as the generator form did)."""
-
-    __slots__ = ("_exc",)
-
-    def __init__(self, exc: BaseException):
-        self._exc = exc
-
-    async def __aenter__(self):
-        raise self._exc
-
-    async def __aexit__(self, *exc) -> bool:  # pragma: no cover - never entered
-        return False
 
 
 @asynccontextmanager
