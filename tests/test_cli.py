@@ -268,3 +268,18 @@ async def test_a_check_the_gateway_does_not_know_is_one_line(db_env, db_settings
         await owner.close()
     p = await asyncio.to_thread(run, ["companies", "create", "test-co"], db_env)
     assert_one_line_error(p, "the database refused the company (no_test_slugs)")
+
+
+async def test_any_command_refused_by_a_constraint_is_one_line(db_env, db_settings):
+    """The command line's own net: a constraint violation no subsystem turned into an error."""
+    import asyncpg
+
+    assert (await asyncio.to_thread(run, ["companies", "create", "acme"], db_env)).returncode == 0
+    owner = await asyncpg.connect(db_settings.database_url)
+    try:
+        await owner.execute("ALTER TABLE partners ADD CONSTRAINT no_names CHECK (display_name IS NULL)")
+    finally:
+        await owner.close()
+    args = ["partners", "add", "--company", "acme", "--profile", "https://p.example/ucp", "--role", "buyer"]
+    p = await asyncio.to_thread(run, [*args, "--name", "P"], db_env)
+    assert_one_line_error(p, 'the database refused the change: new row for relation "partners" violates check')
