@@ -62,7 +62,7 @@ class CompanyMisconfigured(ConfigError):
 
 @dataclass(frozen=True, slots=True)
 class Company:
-    """A tenant. ``settings`` is free-form JSON owned by the subsystems (keys, discovery, verbs)."""
+    """A tenant. ``settings`` is a free-form JSON object owned by the subsystems (keys, discovery, verbs)."""
 
     id: UUID
     slug: str
