@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import pytest
 
+from ucp_gateway.app import create_app
+from ucp_gateway.db import tenant_tx
 from ucp_gateway.errors import BadRequest, Conflict
 from ucp_gateway.tenancy import (
     SUBAGENTS,
+    CompanyMisconfigured,
     CompanyNotFound,
     HostCache,
     create_company,
@@ -30,6 +34,9 @@ from ucp_gateway.tenancy import (
         ("127.0.0.1:8080", "127.0.0.1"),
         ("[::1]:8080", "::1"),
         ("[::1]", "::1"),
+        ("[0:0:0:0:0:0:0:1]:8080", "::1"),  # one address, one host: the compressed form
+        ("[2001:DB8:0:0::A]", "2001:db8::a"),
+        ("[not:an:address]", "not:an:address"),  # left as it is: it matches no stored host
         ("", ""),
         (None, ""),
     ],
@@ -67,6 +74,13 @@ async def test_create_company_creates_all_subagents(database):
         {"tier": "platinum"},
         {"signature_policy": "maybe"},
         {"hostnames": ["bad host!"]},
+        {"hostnames": ["a:b"]},
+        {"hostnames": ["shop:80"]},
+        {"hostnames": ["[::1]:8080"]},
+        {"hostnames": ["1:2:3"]},
+        {"hostnames": ["fe80::1%eth0"]},
+        {"hostnames": ["::ffff:192.0.2.1"]},
+        {"hostnames": ["[shop.example]"]},
         {"subagents": {"hr": True}},
     ],
 )
@@ -75,6 +89,84 @@ async def test_invalid_company_fields_are_rejected_and_nothing_written(database,
     with pytest.raises(BadRequest):
         await create_company(database.pool, **args)
     assert await list_companies(database.pool) == []
+
+
+@pytest.mark.parametrize(
+    ("host", "says"),
+    [
+        ("shop:80", "invalid hostname 'shop:80': give the host without a port"),
+        ("a:b", "invalid hostname 'a:b': neither a host name nor an IPv6 address"),
+    ],
+)
+async def test_a_port_or_a_colon_that_is_no_ipv6_is_a_clear_bad_request(database, host, says):
+    with pytest.raises(BadRequest) as e:
+        await create_company(database.pool, slug="ok", display_name="Ok", hostnames=[host])
+    assert e.value.message == says
+
+
+async def test_ipv6_hostnames_are_stored_compressed_and_resolve_from_any_spelling(database):
+    c = await create_company(
+        database.pool, slug="v6", display_name="V6", hostnames=["::1", "0:0:0:0:0:0:0:1", "[2001:DB8:0:0::A]"]
+    )
+    assert c.hostnames == ("2001:db8::a", "::1")  # one host per address, unbracketed
+    assert (await get_company(database.pool, "v6")).hostnames == c.hostnames
+    for host in ("[::1]:8080", "[0::1]", "::1", "[2001:db8::a]:443", "[2001:db8:0:0:0:0:0:a]"):
+        got = await resolve_host(database.pool, host)
+        assert got is not None and got.id == c.id, host
+    with pytest.raises(Conflict):  # the same address spelled differently is taken
+        await create_company(database.pool, slug="other", display_name="Other", hostnames=["0::0:1"])
+
+
+async def test_the_database_refuses_a_port_and_takes_an_ipv6_literal(database):
+    c = await create_company(database.pool, slug="db", display_name="Db")
+    for bad in ("shop:80", "a:b", "[::1]", "shop.example:8443", "::1:x", "Shop.example", ""):
+        with pytest.raises(asyncpg.CheckViolationError):
+            async with tenant_tx(database.pool, c.id) as conn:
+                await conn.execute("INSERT INTO company_hosts (hostname, company_id) VALUES ($1, $2)", bad, c.id)
+    async with tenant_tx(database.pool, c.id) as conn:
+        for good in ("::1", "fe80::1", "2001:db8::a", "::ffff:192.0.2.1", "shop.example", "192.0.2.1"):
+            await conn.execute("INSERT INTO company_hosts (hostname, company_id) VALUES ($1, $2)", good, c.id)
+    for settings in ('"x"', "[]", "null", "1"):
+        with pytest.raises(asyncpg.CheckViolationError):
+            async with tenant_tx(database.pool, c.id) as conn:
+                await conn.execute("UPDATE companies SET settings = $1::text::jsonb WHERE id = $2", settings, c.id)
+
+
+async def _break_settings(db_settings, company_id, value: str) -> None:
+    """What an operator's SQL left on a database older than migration 0057 (its CHECK NOT VALID)."""
+    owner = await asyncpg.connect(db_settings.database_url)
+    try:
+        async with owner.transaction():
+            await owner.execute("ALTER TABLE companies DROP CONSTRAINT companies_settings_object")
+            await owner.execute("UPDATE companies SET settings = $1::jsonb WHERE id = $2", value, company_id)
+            await owner.execute(
+                "ALTER TABLE companies ADD CONSTRAINT companies_settings_object"
+                " CHECK (jsonb_typeof(settings) = 'object') NOT VALID"
+            )
+    finally:
+        await owner.close()
+
+
+@pytest.mark.parametrize("value", ['"oops"', "[]", '[["sign_responses", true]]', "42", "null"])
+async def test_settings_that_are_no_json_object_fail_closed_with_a_json_error(
+    aiohttp_client, database, db_settings, value
+):
+    odd = await create_company(database.pool, slug="odd", display_name="Odd", hostnames=["odd.example"])
+    await create_company(database.pool, slug="fine", display_name="Fine", hostnames=["fine.example"])
+    await _break_settings(db_settings, odd.id, value)
+    settings = db_settings.model_copy(update={"webhook_worker": False})
+    client = await aiohttp_client(create_app(settings, database=database))
+    for path in ("/.well-known/ucp", "/ucp/v1/checkout-sessions/x"):
+        r = await client.get(path, headers={"Host": "odd.example"})
+        assert r.status == 500 and r.content_type == "application/json", path
+        body = await r.json()
+        assert body["code"] == "company_misconfigured" and "'odd'" in body["content"], body
+    with pytest.raises(CompanyMisconfigured):
+        await get_company(database.pool, "odd")
+    # the other tenants and the directory (agent graph, key rotation) go on
+    assert (await client.get("/.well-known/ucp", headers={"Host": "fine.example"})).status == 200
+    assert (await client.get("/.well-known/ucp", headers={"Host": "platform.example"})).status == 200
+    assert [(c.slug, c.settings) for c in await list_companies(database.pool)] == [("fine", {}), ("odd", {})]
 
 
 async def test_duplicate_slug_and_hostname_conflict_without_partial_rows(database):

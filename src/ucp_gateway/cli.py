@@ -1,7 +1,8 @@
 """The ``ucp-gateway`` command line.
 
 Every command prints one clear line to stderr and exits 1 on a user or configuration error (a
-:class:`~ucp_gateway.errors.GatewayError`); argparse usage errors exit 2; Ctrl-C exits 130. Commands
+:class:`~ucp_gateway.errors.GatewayError`, or a constraint of the database refusing a write: never a
+traceback); argparse usage errors exit 2; Ctrl-C exits 130. Commands
 that a script might parse take ``--json``. Subsystems add their commands through a ``register(sub)``
 function listed in :data:`COMMAND_MODULES`.
 """
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from pydantic import ValidationError
 
 from . import __version__
@@ -251,6 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except GatewayError as exc:
         print(f"ucp-gateway: error: {exc.message}", file=sys.stderr)
+        return 1
+    except asyncpg.IntegrityConstraintViolationError as exc:  # a check the command did not make itself
+        first = str(exc).splitlines()[0] if str(exc) else exc.sqlstate
+        print(f"ucp-gateway: error: the database refused the change: {first}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

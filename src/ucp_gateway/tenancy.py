@@ -8,6 +8,7 @@ host is case-insensitive).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import re
 import time
 import uuid
@@ -18,12 +19,14 @@ from uuid import UUID
 import asyncpg
 
 from .db import platform_tx, tenant_tx
-from .errors import BadRequest, Conflict, NotFound
+from .errors import BadRequest, ConfigError, Conflict, NotFound
+from .logs import get_logger
 
 __all__ = [
     "SUBAGENTS",
     "TIERS",
     "Company",
+    "CompanyMisconfigured",
     "CompanyNotFound",
     "HostCache",
     "create_company",
@@ -41,15 +44,25 @@ TIERS: tuple[str, ...] = ("starter", "growth", "pro", "enterprise")  # ordered l
 SIGNATURE_POLICIES: tuple[str, ...] = ("required", "optional", "off")
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+_HOST_PORT = re.compile(r"^[^:]*:\d*$")  # one colon, digits after it: host:port, not an IPv6 literal
+_JSON_TYPES = {str: "string", list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}
+_log = get_logger("ucp_gateway.tenancy")
 
 
 class CompanyNotFound(NotFound):
     code = "company_not_found"
 
 
+class CompanyMisconfigured(ConfigError):
+    """A company row the gateway cannot serve (``settings`` is not a JSON object): its requests fail
+    closed with this error (HTTP 500, ``{"code": "company_misconfigured", "content": ...}``)."""
+
+    code = "company_misconfigured"
+
+
 @dataclass(frozen=True, slots=True)
 class Company:
-    """A tenant. ``settings`` is free-form JSON owned by the subsystems (keys, discovery, verbs)."""
+    """A tenant. ``settings`` is a free-form JSON object owned by the subsystems (keys, discovery, verbs)."""
 
     id: UUID
     slug: str
@@ -86,16 +99,24 @@ def valid_host_header(host: str) -> bool:
 def normalize_host(host: str | None) -> str:
     """Lower-case host without port or trailing dot: ``"Shop.Example:8443"`` -> ``"shop.example"``.
 
-    Handles bracketed IPv6 (``"[::1]:8080"`` -> ``"::1"``). Returns ``""`` for a missing host.
+    Handles bracketed IPv6 (``"[::1]:8080"`` -> ``"::1"``); an IPv6 literal comes back in its
+    compressed form (RFC 5952, ``ipaddress``), so every spelling of one address is one host
+    (``"[0:0:0:0:0:0:0:1]"`` -> ``"::1"``); one that does not parse comes back lower-cased as it is.
+    Returns ``""`` for a missing host.
     """
     if not host:
         return ""
     h = host.strip().lower()
     if h.startswith("["):
         end = h.find("]")
-        return h[1:end] if end > 0 else ""
-    if h.count(":") == 1:
+        h = h[1:end] if end > 0 else ""
+    elif h.count(":") == 1:
         h = h.split(":", 1)[0]
+    if ":" in h:
+        try:
+            return ipaddress.IPv6Address(h).compressed
+        except ValueError:
+            return h
     return h.rstrip(".")
 
 
@@ -129,7 +150,14 @@ def public_origin(scheme: str, host: str, port: int | None = None) -> str:
     return f"{scheme}://{name}:{port}"
 
 
-def _row_to_company(r: asyncpg.Record, hosts: list[str]) -> Company:
+def _row_to_company(r: asyncpg.Record, hosts: list[str], *, serving: bool = True) -> Company:
+    settings = r["settings"]
+    if type(settings) is not dict:  # an operator's SQL (a row older than migration 0057's CHECK)
+        kind = _JSON_TYPES.get(type(settings), type(settings).__name__)
+        _log.error("company_settings_invalid", company_id=str(r["id"]), slug=r["slug"], json_type=kind)
+        if serving:  # fail closed: nothing is served with settings the gateway cannot read
+            raise CompanyMisconfigured(f"company {r['slug']!r} is misconfigured: its settings are a JSON {kind}")
+        settings = {}  # a directory listing: no reader of it uses settings
     return Company(
         id=r["id"],
         slug=r["slug"],
@@ -137,7 +165,7 @@ def _row_to_company(r: asyncpg.Record, hosts: list[str]) -> Company:
         tier=r["tier"],
         signature_policy=r["signature_policy"],
         hostnames=tuple(sorted(hosts)),
-        settings=dict(r["settings"] or {}),
+        settings=dict(settings),
     )
 
 
@@ -149,7 +177,8 @@ _SELECT = (
 
 
 async def resolve_host(pool: asyncpg.Pool, host: str | None) -> Company | None:
-    """The company bound to ``host`` (Host header value), or None for the platform node."""
+    """The company bound to ``host`` (Host header value), or None for the platform node.
+    Raises: CompanyMisconfigured (the company's row cannot be served), database errors."""
     name = normalize_host(host)
     if not name:
         return None
@@ -161,7 +190,7 @@ async def resolve_host(pool: asyncpg.Pool, host: str | None) -> Company | None:
 
 
 async def get_company(pool: asyncpg.Pool, slug_or_id: str) -> Company:
-    """Look a company up by slug or UUID. Raises CompanyNotFound."""
+    """Look a company up by slug or UUID. Raises CompanyNotFound, CompanyMisconfigured."""
     try:
         cid: UUID | None = UUID(slug_or_id)
     except ValueError:
@@ -177,14 +206,18 @@ async def get_company(pool: asyncpg.Pool, slug_or_id: str) -> Company:
 
 
 async def list_companies(pool: asyncpg.Pool, *, after_slug: str | None = None, limit: int = 100) -> list[Company]:
-    """Companies ordered by slug, keyset-paginated: those with slug > ``after_slug``, at most ``limit``."""
+    """Companies ordered by slug, keyset-paginated: those with slug > ``after_slug``, at most ``limit``.
+
+    The directory (agent graph, key rotation, KEK rewrap, ``companies list``) goes on past a company
+    whose settings are not a JSON object: it is listed with empty ``settings`` (and logged), while
+    :func:`resolve_host` and :func:`get_company`, which serve it, raise CompanyMisconfigured."""
     async with platform_tx(pool) as conn:
         rows = await conn.fetch(
             _SELECT + "WHERE ($1::text IS NULL OR c.slug > $1) GROUP BY c.id ORDER BY c.slug LIMIT $2",
             after_slug,
             limit,
         )
-    return [_row_to_company(r, list(r["hosts"])) for r in rows]
+    return [_row_to_company(r, list(r["hosts"]), serving=False) for r in rows]
 
 
 def _validate(slug: str, display_name: str, tier: str, signature_policy: str, hostnames: list[str]) -> list[str]:
@@ -196,13 +229,32 @@ def _validate(slug: str, display_name: str, tier: str, signature_policy: str, ho
         raise BadRequest(f"tier must be one of {', '.join(TIERS)}")
     if signature_policy not in SIGNATURE_POLICIES:
         raise BadRequest(f"signature policy must be one of {', '.join(SIGNATURE_POLICIES)}")
-    hosts = []
-    for h in hostnames:
-        n = normalize_host(h)
-        if not n or not (_HOST.match(n) or ":" in n):
-            raise BadRequest(f"invalid hostname {h!r}")
-        hosts.append(n)
-    return sorted(set(hosts))
+    return sorted({_hostname(h) for h in hostnames})
+
+
+def _hostname(raw: str) -> str:
+    """A hostname to bind as stored: a lower-case host name or IPv4 address without a trailing dot,
+    or an IPv6 literal (bracketed or not) in its compressed form, unbracketed. Raises BadRequest for
+    anything else: a port, a zone id, an IPv4-mapped address, a malformed name or address."""
+    h = raw.strip().lower()
+    bracketed = h.startswith("[") and h.endswith("]")
+    if bracketed:
+        h = h[1:-1]
+    if ":" not in h and not bracketed:
+        h = h.rstrip(".")
+        if _HOST.match(h):
+            return h
+        raise BadRequest(f"invalid hostname {raw!r}")
+    if not bracketed and (_HOST_PORT.match(h) or (h.startswith("[") and "]:" in h)):
+        raise BadRequest(f"invalid hostname {raw!r}: give the host without a port")
+    try:
+        ip = ipaddress.IPv6Address(h)
+    except ValueError:
+        raise BadRequest(f"invalid hostname {raw!r}: neither a host name nor an IPv6 address") from None
+    if ip.scope_id is not None or ip.ipv4_mapped is not None:
+        # a zone is local to one machine; an IPv4-mapped address is the IPv4 host (bind that)
+        raise BadRequest(f"invalid hostname {raw!r}: an IPv6 address without a zone and not IPv4-mapped")
+    return ip.compressed
 
 
 async def create_company(
@@ -221,7 +273,8 @@ async def create_company(
     Args:
         subagents: name -> enabled; names missing from the map are created enabled.
     Returns: the new :class:`Company`.
-    Raises: BadRequest (invalid fields), Conflict (slug or hostname taken).
+    Raises: BadRequest (invalid fields, or a row the database's checks refuse), Conflict (slug or
+        hostname taken).
     """
     hosts = _validate(slug, display_name, tier, signature_policy, list(hostnames))
     enabled = {name: True for name in SUBAGENTS} | {k: bool(v) for k, v in (subagents or {}).items()}
@@ -251,6 +304,8 @@ async def create_company(
     except asyncpg.UniqueViolationError as exc:
         what = "hostname" if "company_hosts" in (exc.table_name or "") else "slug"
         raise Conflict(f"{what} already taken", code=f"{what}_taken") from None
+    except asyncpg.IntegrityConstraintViolationError as exc:  # a CHECK _validate did not foresee
+        raise BadRequest(f"the database refused the company ({exc.constraint_name or exc.sqlstate})") from None
     return Company(cid, slug, display_name.strip(), tier, signature_policy, tuple(hosts), settings or {})
 
 

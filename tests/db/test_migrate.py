@@ -126,3 +126,75 @@ async def test_0055_on_a_database_at_0054_keeps_its_idempotency_records(pg_base_
             await conn.close()
     finally:
         await _drop_db(pg_base_dsn, name)
+
+
+async def _at_0056_with(pg_base_dsn, monkeypatch, hosts: list[str], settings: str):
+    """A database at 0056 holding one company with ``hosts`` and ``settings`` (jsonb text)."""
+    from ucp_gateway.db import migrate
+
+    shipped = available_migrations()
+    name, dsn = await _empty_db(pg_base_dsn)
+    conn = await asyncpg.connect(dsn)
+    monkeypatch.setattr(migrate, "available_migrations", lambda: [m for m in shipped if m.version <= "0056"])
+    await apply_migrations(conn)
+    cid = await conn.fetchval(
+        "INSERT INTO companies (id, slug, display_name, settings) VALUES (gen_random_uuid(), 'old', 'Old', $1::jsonb)"
+        " RETURNING id",
+        settings,
+    )
+    await conn.executemany(
+        "INSERT INTO company_hosts (hostname, company_id) VALUES ($1, $2)", [(h, cid) for h in hosts]
+    )
+    monkeypatch.setattr(migrate, "available_migrations", lambda: shipped)
+    return name, conn, cid
+
+
+async def _validated(conn) -> dict[str, bool]:
+    rows = await conn.fetch(
+        "SELECT conname, convalidated FROM pg_constraint"
+        " WHERE conname IN ('company_hosts_hostname_check', 'companies_settings_object')"
+    )
+    return {r["conname"]: r["convalidated"] for r in rows}
+
+
+async def test_0057_on_a_database_in_use_keeps_its_rows_and_takes_ipv6(pg_base_dsn, monkeypatch):
+    """0057 (hostname CHECK takes IPv6, settings must be an object) on a database at 0056 with rows."""
+    name, conn, cid = await _at_0056_with(pg_base_dsn, monkeypatch, ["shop.example", "2001:db8::a"], '{"a": 1}')
+    try:
+        with pytest.raises(asyncpg.CheckViolationError):  # 0001 read ::1 as host:port
+            await conn.execute("INSERT INTO company_hosts (hostname, company_id) VALUES ('::1', $1)", cid)
+        assert await apply_migrations(conn) == ["0057_hosts_ipv6_settings_object.sql"]
+        assert await _validated(conn) == {"company_hosts_hostname_check": True, "companies_settings_object": True}
+        assert await conn.fetchval("SELECT array_agg(hostname ORDER BY hostname) FROM company_hosts") == [
+            "2001:db8::a",
+            "shop.example",
+        ]
+        await conn.execute("INSERT INTO company_hosts (hostname, company_id) VALUES ('::1', $1)", cid)
+        for bad in ("shop:80", "a:b"):
+            with pytest.raises(asyncpg.CheckViolationError):
+                await conn.execute("INSERT INTO company_hosts (hostname, company_id) VALUES ($1, $2)", bad, cid)
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute("UPDATE companies SET settings = '[]'")
+    finally:
+        await conn.close()
+        await _drop_db(pg_base_dsn, name)
+
+
+async def test_0057_applies_over_rows_it_would_refuse_and_checks_new_ones(pg_base_dsn, monkeypatch):
+    """Rows 0001 let through that 0057 refuses (a colon that is no IPv6, settings not an object) are kept
+    as they are: the migration applies, the constraints stay NOT VALID, new and updated rows are checked."""
+    name, conn, cid = await _at_0056_with(pg_base_dsn, monkeypatch, ["x:y:z", "shop.example"], '"oops"')
+    try:
+        assert await apply_migrations(conn) == ["0057_hosts_ipv6_settings_object.sql"]
+        assert await _validated(conn) == {"company_hosts_hostname_check": False, "companies_settings_object": False}
+        assert await conn.fetchval("SELECT settings FROM companies") == '"oops"'  # not rewritten
+        assert await conn.fetchval("SELECT count(*) FROM company_hosts") == 2
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute("INSERT INTO company_hosts (hostname, company_id) VALUES ('a:b', $1)", cid)
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute("UPDATE companies SET settings = '[]'")
+        await conn.execute("UPDATE companies SET settings = '{}'")  # the operator's correction, then:
+        await conn.execute("ALTER TABLE companies VALIDATE CONSTRAINT companies_settings_object")
+    finally:
+        await conn.close()
+        await _drop_db(pg_base_dsn, name)
