@@ -117,3 +117,58 @@ def test_pool_size_defaults_to_the_cores_shared_out_over_the_workers():
     assert two.db_pool_size == max(-(-(2 * cores + 2) // 2), base.db_pool_min)  # rounded up
     assert base.model_copy(update={"workers": 64}).db_pool_size == base.db_pool_min  # never below the minimum
     assert base.model_copy(update={"db_pool_max": 10, "workers": 4}).db_pool_size == 10  # an explicit size stands
+
+
+async def _listening_url(stream: io.StringIO) -> str:
+    for _ in range(300):
+        await asyncio.sleep(0.02)
+        lines = [json.loads(x) for x in stream.getvalue().splitlines() if x.startswith("{")]
+        url = next((x["url"] for x in lines if x.get("event") == "listening"), None)
+        if url:
+            return url
+    raise AssertionError(stream.getvalue())
+
+
+async def test_connection_without_a_complete_request_is_closed_after_the_keepalive_timeout(db_settings):
+    """A client that sends half a request line and headers, or goes idle after an answer, does not
+    hold its socket for aiohttp's default hour: it is closed after ``http_keepalive_timeout``."""
+    stream = io.StringIO()
+    settings = db_settings.model_copy(update={"port": 0, "log_level": "info", "http_keepalive_timeout": 1.0})
+    configure_logging(settings, stream=stream)
+    stop = asyncio.Event()
+    server = asyncio.create_task(run_server(settings, stop=stop))
+    try:
+        url = await _listening_url(stream)
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        loop = asyncio.get_running_loop()
+
+        # headers still arriving: closed by the server (EOF) within the timeout, no answer
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+        await writer.drain()
+        t0 = loop.time()
+        data = await asyncio.wait_for(reader.read(), 10)
+        assert data == b"" and 0.5 <= loop.time() - t0 < 6
+        writer.close()
+
+        # idle keep-alive after a complete answer: answered, then closed the same way
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 200")
+        length = int(next(x for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")).split(b":")[1])
+        await reader.readexactly(length)
+        t0 = loop.time()
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        assert 0.5 <= loop.time() - t0 < 6
+        writer.close()
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, 15)
+
+
+def test_keepalive_timeout_defaults_to_75_seconds_not_aiohttps_hour():
+    from ucp_gateway.config import Settings
+
+    assert Settings().http_keepalive_timeout == 75.0

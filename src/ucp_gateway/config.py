@@ -58,6 +58,12 @@ class Settings(BaseSettings):
         "`workers` (see db_pool_size)",
     )
     shutdown_timeout: float = Field(default=10.0, gt=0)
+    http_keepalive_timeout: float = Field(
+        default=75.0,
+        gt=0,
+        description="Seconds a client connection may sit without a complete request (idle keep-alive, or a "
+        "request line and headers still arriving) before it is closed; aiohttp's own default is an hour.",
+    )
     workers: int = Field(
         default=1,
         ge=1,

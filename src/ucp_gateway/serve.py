@@ -167,7 +167,15 @@ async def run_server(
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
             pass
     app = create_app(settings)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.shutdown_timeout, handle_signals=False)
+    # keepalive_timeout also bounds a connection whose request line and headers are still arriving
+    # (aiohttp arms it when the connection opens): no client holds a socket for an hour that way
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=settings.shutdown_timeout,
+        keepalive_timeout=settings.http_keepalive_timeout,
+        handle_signals=False,
+    )
     try:
         await runner.setup()  # opens the database (cleanup_ctx) and starts workers
         if before_serve is not None:
