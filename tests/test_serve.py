@@ -117,3 +117,30 @@ def test_pool_size_defaults_to_the_cores_shared_out_over_the_workers():
     assert two.db_pool_size == max(-(-(2 * cores + 2) // 2), base.db_pool_min)  # rounded up
     assert base.model_copy(update={"workers": 64}).db_pool_size == base.db_pool_min  # never below the minimum
     assert base.model_copy(update={"db_pool_max": 10, "workers": 4}).db_pool_size == 10  # an explicit size stands
+
+
+def test_stdlib_lines_are_json_and_keep_a_real_faults_traceback(db_settings):
+    """Lines of stdlib loggers go through the gateway's renderer; only aiohttp's parser refusals (4xx,
+    tests/discovery/test_front_path.py) lose their traceback: a real fault keeps it, as a field."""
+    import logging
+
+    import structlog
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    stream = io.StringIO()
+    configure_logging(db_settings.model_copy(update={"log_format": "json"}), stream=stream)
+    try:
+        logging.getLogger("aiohttp.server").warning("plain %s", "words")
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logging.getLogger("aiohttp.server").exception("Error handling request from %s", "10.0.0.1")
+    finally:
+        structlog.reset_defaults()
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    first, second = (json.loads(x) for x in stream.getvalue().splitlines())
+    assert first["event"] == "plain words" and first["level"] == "warning" and first["logger"] == "aiohttp.server"
+    assert "positional_args" not in first and "timestamp" in first
+    assert second["level"] == "error" and "RuntimeError: boom" in second["exception"]
