@@ -219,8 +219,6 @@ def test_db_dumps_leaves_the_rest_to_the_json_module():
         '{"a": 1}',
         "\ufeff{}",
         b"\xef\xbb\xbf{}",
-        '{"a": 1}'.encode("utf-16"),
-        '{"a": "\u00e9"}'.encode("utf-32-le"),
         b'{"a": NaN}',
         b'{"a": Infinity}',
         b'{"a": 1e400}',
@@ -230,7 +228,8 @@ def test_db_dumps_leaves_the_rest_to_the_json_module():
     ],
 )
 def test_loads_strict_decodes_as_json_loads(raw):
-    """The shared decoder gives json.loads' value, or refuses what json.loads refuses (or NaN)."""
+    """The shared decoder gives json.loads' value, or refuses what json.loads refuses (or NaN);
+    bytes json.loads reads as UTF-16/32 are refused (test_non_utf8_bodies_are_refused)."""
     import json
 
     try:
@@ -245,6 +244,47 @@ def test_loads_strict_decodes_as_json_loads(raw):
         assert got == want
     else:
         assert got is InvalidJson
+
+
+_UTF8_ONLY = "must be UTF-8"
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"])
+@pytest.mark.parametrize("text", ['{"line_items": []}', '"\u00e9"', "[1]", "7", '{"a": "\u4e2d"}'])
+def test_non_utf8_bodies_are_refused(codec, text):
+    """Regression (newcomer): UTF-16-LE bytes without a BOM were read (json.loads guesses the encoding
+    from the NUL pattern) and a checkout was created. RFC 8259 §8.1: JSON between systems MUST be
+    UTF-8; with or without a BOM, every UTF-16/32 body is refused with the same message."""
+    raw = text.encode(codec)
+    assert json.loads(raw) is not None  # the json module reads it: what this guards against
+    with pytest.raises(InvalidJson) as err:
+        loads_strict(raw)
+    assert _UTF8_ONLY in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": 1}\x00',  # a NUL byte is valid UTF-8 but never JSON outside strings...
+        b'\x00{"a": 1}',
+        b'{"a":\x00 1}',
+        b'{"a": "x\x00y"}',  # ...and inside one it must be escaped
+        b"\xff\xfe",
+        b'{"a": "\xe9"}',  # Latin-1
+        b"\xfe\xff\x00[\x001\x00]",
+        bytearray('{"a": 1}'.encode("utf-16")),
+    ],
+)
+def test_nul_bytes_and_invalid_utf8_are_refused(raw):
+    with pytest.raises(InvalidJson) as err:
+        loads_strict(raw)
+    assert _UTF8_ONLY in str(err.value) and "not valid JSON" in str(err.value)
+
+
+def test_utf8_bom_and_escaped_nul_keep_their_answers():
+    assert loads_strict(b'\xef\xbb\xbf{"a": "\xc3\xa9"}') == {"a": "\u00e9"}  # RFC 8259 §8.1: MAY ignore a BOM
+    with pytest.raises(InvalidJson, match="U\\+0000"):
+        loads_strict(b'{"a": "\\u0000"}')
 
 
 def test_loads_strict_refuses_other_types_as_json_loads():

@@ -172,3 +172,30 @@ def test_keepalive_timeout_defaults_to_75_seconds_not_aiohttps_hour():
     from ucp_gateway.config import Settings
 
     assert Settings().http_keepalive_timeout == 75.0
+
+
+def test_stdlib_lines_are_json_and_keep_a_real_faults_traceback(db_settings):
+    """Lines of stdlib loggers go through the gateway's renderer; only aiohttp's parser refusals (4xx,
+    tests/discovery/test_front_path.py) lose their traceback: a real fault keeps it, as a field."""
+    import logging
+
+    import structlog
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    stream = io.StringIO()
+    configure_logging(db_settings.model_copy(update={"log_format": "json"}), stream=stream)
+    try:
+        logging.getLogger("aiohttp.server").warning("plain %s", "words")
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logging.getLogger("aiohttp.server").exception("Error handling request from %s", "10.0.0.1")
+    finally:
+        structlog.reset_defaults()
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    first, second = (json.loads(x) for x in stream.getvalue().splitlines())
+    assert first["event"] == "plain words" and first["level"] == "warning" and first["logger"] == "aiohttp.server"
+    assert "positional_args" not in first and "timestamp" in first
+    assert second["level"] == "error" and "RuntimeError: boom" in second["exception"]

@@ -18,7 +18,7 @@ try:  # about 30x faster than the json module's encoder on response bodies
 except ImportError:  # pragma: no cover - a dependency; the json module stays the reference
     orjson = None
 
-__all__ = ["MAX_DEPTH", "InvalidJson", "db_dumps", "db_loads", "dumps_compact", "loads_strict"]
+__all__ = ["MAX_DEPTH", "NOT_UTF8", "InvalidJson", "db_dumps", "db_loads", "dumps_compact", "loads_strict"]
 
 #: Deepest nesting accepted (objects + arrays). UCP documents nest well under 20 levels.
 MAX_DEPTH = 64
@@ -80,27 +80,43 @@ def _plain(raw: bytes | str, max_depth: int) -> bool:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
+_BOM_UTF8 = b"\xef\xbb\xbf"
+#: The message of a body that is not UTF-8 or holds a NUL byte (RFC 8259 §8.1).
+NOT_UTF8 = "body is not valid JSON: it must be UTF-8 text without NUL bytes (RFC 8259 §8.1; not UTF-16 or UTF-32)"
+
+
 def _text(raw: bytes | str) -> str:
-    """The text ``json.loads`` would decode (its encoding detection; a str with a BOM refused)."""
+    """The text of ``raw`` as ``json.loads`` reads it (a str with a BOM refused), except that bytes
+    must be UTF-8 (RFC 8259 §8.1): ``json.loads`` would also read UTF-16 and UTF-32, guessing from a
+    BOM or the NUL pattern. An initial UTF-8 BOM is ignored (§8.1 allows it); UTF-8 encoded surrogates
+    are decoded as ``json.loads`` does, for :func:`_check` to refuse. Raises: InvalidJson."""
     if isinstance(raw, str):
         if raw.startswith("\ufeff"):
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
         return raw
     if not isinstance(raw, (bytes, bytearray)):
         raise TypeError(f"the JSON object must be str, bytes or bytearray, not {type(raw).__name__}")
-    return raw.decode(json.detect_encoding(raw), "surrogatepass")
+    # every JSON text has an ASCII character, which UTF-16/32 write with a NUL byte; a NUL is never
+    # JSON in UTF-8 either (not whitespace, and a string holds U+0000 only as an escape)
+    if b"\x00" in raw:
+        raise InvalidJson(NOT_UTF8)
+    try:
+        return raw.decode("utf-8-sig" if raw.startswith(_BOM_UTF8) else "utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        raise InvalidJson(NOT_UTF8) from None
 
 
 def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     """Decode a request body (RFC 8259) and check every string and key.
 
     Args:
-        raw: the body bytes (UTF-8) or text.
+        raw: the body bytes (UTF-8, an initial BOM ignored) or text.
         max_depth: deepest accepted nesting of objects and arrays.
     Returns: the decoded value (dict, list, str, int, float, bool or None).
-    Raises: InvalidJson (a ValueError) for malformed JSON, NaN/Infinity, a number out of the
-        double range (1e400), nesting deeper than ``max_depth``, or a string containing U+0000
-        or an unpaired surrogate.
+    Raises: InvalidJson (a ValueError) for malformed JSON, bytes that are not UTF-8 (UTF-16 and
+        UTF-32 included, with or without a BOM: RFC 8259 §8.1) or hold a NUL byte, NaN/Infinity, a
+        number out of the double range (1e400), nesting deeper than ``max_depth``, or a string
+        containing U+0000 or an unpaired surrogate.
 
     The json module is the reference; a plain text (:func:`_plain`, no 19-digit run) is read by
     orjson, which gives the same value for every such text it accepts (tests/test_jsonbody.py).

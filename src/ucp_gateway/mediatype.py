@@ -3,7 +3,9 @@
 UCP REST (overview, "Transport: REST"): request and response bodies are ``application/json``. A body
 sent under another type is refused with 415 rather than parsed anyway (RFC 9110 §15.5.16), so a
 client never gets a write it did not label as JSON (e.g. a ``text/plain`` form that browsers may send
-cross-site without a preflight).
+cross-site without a preflight). JSON exchanged between systems MUST be UTF-8 (RFC 8259 §8.1), so a
+``charset`` parameter other than ``utf-8`` is refused with 415 too: the body is not read as UTF-8
+against its own label (RFC 8259 §11 defines no ``charset`` for the type; ``utf-8`` is tolerated).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from aiohttp import web
 
 from .errors import GatewayError
 
-__all__ = ["JSON_MEDIA_TYPE", "UnsupportedMediaType", "require_json_body"]
+__all__ = ["JSON_MEDIA_TYPE", "UnsupportedMediaType", "json_type_problem", "require_json_body"]
 
 JSON_MEDIA_TYPE = "application/json"
 
@@ -22,15 +24,31 @@ class UnsupportedMediaType(GatewayError):
     http_status = 415
 
 
-def require_json_body(request: web.BaseRequest, body: bytes) -> None:
-    """Refuse a non-empty ``body`` whose ``Content-Type`` is not ``application/json``.
+def json_type_problem(request: web.BaseRequest) -> str | None:
+    """Why the request's ``Content-Type`` does not label UTF-8 JSON, or None when it does.
 
-    The type is compared case-insensitively without its parameters (``; charset=utf-8`` is fine),
-    as aiohttp parses it (RFC 9110 §8.3.1); a missing header counts as ``application/octet-stream``.
-    An empty body passes: there is nothing to interpret.
+    The type is compared case-insensitively without its parameters, as aiohttp parses it (RFC 9110
+    §8.3.1); a missing header counts as ``application/octet-stream``. A ``charset`` parameter, if
+    any, must be ``utf-8`` (any case, quoted or not): RFC 8259 §8.1.
+    Returns: the message for the caller (safe to show), or None.
+    """
+    if request.content_type != JSON_MEDIA_TYPE:
+        return f"Content-Type must be {JSON_MEDIA_TYPE}, not {request.content_type!r}"
+    charset = request.charset
+    if charset is not None and charset.lower() != "utf-8":
+        return f"Content-Type charset must be utf-8 (RFC 8259 §8.1), not {charset[:40]!r}"
+    return None
+
+
+def require_json_body(request: web.BaseRequest, body: bytes) -> None:
+    """Refuse a non-empty ``body`` whose ``Content-Type`` is not ``application/json`` or names a
+    charset other than UTF-8 (:func:`json_type_problem`; ``; charset=utf-8`` is fine). An empty body
+    passes: there is nothing to interpret.
 
     Raises:
         UnsupportedMediaType: 415, ``unsupported_media_type``.
     """
-    if body and request.content_type != JSON_MEDIA_TYPE:
-        raise UnsupportedMediaType(f"Content-Type must be {JSON_MEDIA_TYPE}, not {request.content_type!r}")
+    if body:
+        problem = json_type_problem(request)
+        if problem is not None:
+            raise UnsupportedMediaType(problem)

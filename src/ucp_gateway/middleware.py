@@ -187,6 +187,7 @@ SERVER = "ucp-gateway"  # the Server header: no framework or Python version on t
 _REQUEST_ID = istr("Request-Id")
 _SERVER = hdrs.SERVER
 _EXPECT = hdrs.EXPECT
+_HOST = hdrs.HOST
 
 
 def foundation_middleware(state: Foundation) -> Middleware:
@@ -198,7 +199,11 @@ def foundation_middleware(state: Foundation) -> Middleware:
        with its status; an aiohttp HTTP error keeps its status with a JSON body; anything else is
        logged and answered with a generic 500 without a trace.
     3. ``Host`` -> company (``request[REQ_COMPANY]``; None = platform node) through the host cache.
-       Health probes skip the lookup so ``/healthz`` works while the database is down.
+       Health probes skip the lookup so ``/healthz`` works while the database is down (and without
+       a Host header); any other request without one is refused (400 ``invalid_request``): an
+       HTTP/1.0 request may omit it, and aiohttp's ``request.host`` would then be the server's own
+       address, serving whichever company is bound to it (RFC 9112 §3.2 requires Host in HTTP/1.1;
+       aiohttp refuses that, and two Host lines, in its parser before any handler runs).
     4. ``Server: ucp-gateway`` and ``Request-Id`` on every response (and on a re-raised HTTP
        exception). Set here rather than by an ``on_response_prepare`` receiver, which every
        response would pay for; a handler that prepares a ``StreamResponse`` itself sets them itself.
@@ -245,8 +250,8 @@ def foundation_middleware(state: Foundation) -> Middleware:
             method = request.method
             if method not in public.methods and request.raw_path == path:
                 public.methods.add(method)  # the router sends this exact target here: the front path may answer it
-            host = request.host
-            if host_cache.cached(host) is not _MISS:  # on a miss the full path resolves the Host first
+            host = request.headers.get(_HOST)  # request.host when given; None is refused on the full path
+            if host is not None and host_cache.cached(host) is not _MISS:  # a miss: the full path resolves it
                 try:
                     response = public.answer(request, host)
                 except Exception:  # a fault in the fast path: the full path answers (a decline, logged)
@@ -268,7 +273,9 @@ def foundation_middleware(state: Foundation) -> Middleware:
                 if path == "/healthz" or path == "/readyz":
                     request[REQ_COMPANY] = None
                 else:
-                    host = request.host
+                    host = request.headers.get(_HOST)
+                    if host is None:  # HTTP/1.0 (aiohttp refuses HTTP/1.1 without Host): no tenant to serve
+                        raise BadRequest("the request has no Host header")
                     company = host_cache.cached(host)  # a hit costs no coroutine
                     if company is _MISS:
                         company = await host_cache.resolve(request.app[DATABASE].pool, host)
@@ -350,8 +357,8 @@ def front_handler(state: Foundation, handle: RawHandler) -> RawHandler:
         headers = request.headers
         if _EXPECT in headers or path in wrappers:  # aiohttp answers Expect before routing; a wrapper runs around
             return handle(request)
-        host = request.host
-        if host_cache.cached(host) is _MISS:
+        host = headers.get(_HOST)  # request.host when given; without one, the foundation layer answers (400)
+        if host is None or host_cache.cached(host) is _MISS:
             return handle(request)
         start = time.perf_counter() if log_on else 0.0
         try:

@@ -150,6 +150,43 @@ async def test_body_without_json_content_type_is_415(client):
     assert r.status == 201
 
 
+async def test_non_utf8_json_bodies_are_400_and_write_nothing(client, database, company):
+    """Regression (newcomer): a UTF-16-LE body without a BOM created a checkout (201); the json
+    module guesses the encoding. RFC 8259 §8.1: JSON between systems MUST be UTF-8."""
+    text = json.dumps(payload())
+    key = new_key()
+    for raw in (
+        text.encode("utf-16-le"),
+        text.encode("utf-16"),  # with a BOM
+        text.encode("utf-32-be"),
+        text.encode()[:-1] + b"\x00}",  # a raw NUL byte: UTF-8, but never JSON
+    ):
+        r = await client.post(url("/checkout-sessions"), data=raw, headers=headers(key=key))
+        assert r.status == 400, (raw[:8], await r.text())
+        body = await r.json()
+        assert body["code"] == "invalid_request" and "must be UTF-8" in body["content"], body
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM checkout_sessions") == 0
+    # the Idempotency-Key was not spent on the refusals: the same key with the UTF-8 body creates it
+    r = await client.post(url("/checkout-sessions"), data=text.encode(), headers=headers(key=key))
+    assert r.status == 201, await r.text()
+
+
+async def test_a_charset_other_than_utf8_is_415(client):
+    """RFC 8259 §8.1: the body is not parsed as UTF-8 against a label saying otherwise."""
+    raw = json.dumps(payload()).encode()
+    for ct in ("application/json; charset=utf-16", "application/json;charset=latin1", 'application/json;charset=""'):
+        h = {**headers(key=new_key()), "Content-Type": ct}
+        r = await client.post(url("/checkout-sessions"), data=raw, headers=h)
+        assert r.status == 415, (ct, await r.text())
+        body = await r.json()
+        assert body["code"] == "unsupported_media_type" and "charset must be utf-8" in body["content"], body
+    for ct in ("application/json; charset=utf-8", 'application/json; charset="UTF-8"'):
+        h = {**headers(key=new_key()), "Content-Type": ct}
+        r = await client.post(url("/checkout-sessions"), data=raw, headers=h)
+        assert r.status == 201, (ct, await r.text())
+
+
 async def test_client_prices_and_status_are_ignored(client):
     body = payload(fulfillment=SHIP_US)
     body.update(id="mine", status="completed", currency="EUR", totals=[{"type": "total", "amount": 1}])

@@ -222,3 +222,42 @@ async def test_install_front_only_where_it_answers_what_the_app_would(database, 
         assert (runner.server.request_handler is before) is (change != "none")
     finally:
         await runner.cleanup()
+
+
+async def test_requests_without_one_host_are_400_and_logged_as_json_lines(database, db_settings) -> None:
+    """Regression (newcomer): no Host or two Host lines got aiohttp's plain 400 and a traceback from
+    ``aiohttp.server`` in the log. aiohttp's parser refuses HTTP/1.1 without Host and two Host lines
+    before any handler runs (its plain-text 400 stays: aiohttp 3.x offers no supported hook for that
+    body, aio-libs/aiohttp#3287); its log line is now one JSON ``bad_http_request`` warning. HTTP/1.0
+    may omit Host, and ``request.host`` then was the server's own address: the company bound to
+    127.0.0.1 answered, from the front path too; now it is the gateway's JSON 400."""
+    await create_company(database.pool, slug="local", display_name="Local", hostnames=["127.0.0.1"])
+    with json_logs(db_settings, "warning") as (settings, stream):
+        async with _serving(settings, front=True) as (port, _, calls):
+            for _ in range(2):  # renders and caches 127.0.0.1's profile; the second is the front's answer
+                assert (await _raw(port, _req(host="127.0.0.1")))[0].startswith(b"HTTP/1.1 200")
+            assert [w for w, s in calls if s] == ["front"]
+            for target in (PATH, "/ucp/v1/checkout-sessions/x", "/api/v1/agent/verbs"):
+                head, body = await _raw(port, f"GET {target} HTTP/1.0\r\n\r\n".encode())
+                assert head.startswith(b"HTTP/1.0 400") and b"\r\nServer: ucp-gateway" in head, (target, head)
+                assert json.loads(body) == {"code": "invalid_request", "content": "the request has no Host header"}
+            assert [w for w, s in calls if s] == ["front"]  # the front declined the Host-less request
+            head, body = await _raw(port, b"GET /healthz HTTP/1.0\r\n\r\n")  # probes need no Host
+            assert head.startswith(b"HTTP/1.0 200"), head
+            for raw in (
+                b"GET /healthz HTTP/1.1\r\n\r\n",
+                f"GET {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: shop.test\r\n\r\n".encode(),
+                b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            ):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(raw)
+                answer = await asyncio.wait_for(reader.read(), 10)  # aiohttp closes after its error
+                writer.close()
+                assert answer.startswith(b"HTTP/1.0 400 Bad Request\r\n"), answer
+        text = stream.getvalue()
+    assert "Traceback" not in text
+    lines = [json.loads(x) for x in text.splitlines()]  # every line is JSON, aiohttp's included
+    bad = [x for x in lines if x.get("event") == "bad_http_request"]
+    assert [(x["level"], x["logger"], x["status"]) for x in bad] == [("warning", "aiohttp.server", 400)] * 3, lines
+    assert ["Host" in bad[0]["reason"], "Host" in bad[1]["reason"], "Content-Length" in bad[2]["reason"]] == [True] * 3
+    assert all(x["remote"] == "127.0.0.1" and "exception" not in x and "exc_info" not in x for x in bad)

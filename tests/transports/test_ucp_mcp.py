@@ -99,7 +99,9 @@ async def test_protocol_errors_are_jsonrpc(gateway):
     async with aiohttp.ClientSession() as http:
         async with http.get(gateway.url + "/ucp/mcp") as resp:
             assert resp.status == 405
-    for ctype in ("text/plain", "application/x-www-form-urlencoded", "application/jsonx"):
+    # a charset other than utf-8 is refused too (RFC 8259 §8.1), not read as UTF-8 against its label
+    others = ("application/jsonx", "application/json; charset=utf-16")
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", *others):
         status, body, _ = await _post(gateway, call, {"Content-Type": ctype})  # never parsed as JSON-RPC
         assert status == 415 and body["error"]["code"] == -32600 and body["id"] is None
         assert body["error"]["data"]["code"] == "unsupported_media_type"

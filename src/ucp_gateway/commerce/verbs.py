@@ -42,8 +42,8 @@ Op = Callable[[asyncpg.Connection, CommerceContext, dict[str, Any]], Awaitable[O
 
 def _body(args) -> dict[str, Any]:
     text = args.get("body_text", "")
-    # ASCII text without NUL: its UTF-8 bytes are the same characters, and json's encoding detection
-    # (BOM, NUL patterns) finds plain UTF-8 in them, so the text is parsed without the round trip
+    # ASCII text without NUL: its UTF-8 bytes are the same characters, so the text is parsed without
+    # the round trip; anything else goes as UTF-8 bytes, where loads_strict refuses a NUL (UTF-16/32)
     if type(text) is str and text and text.isascii() and "\x00" not in text:
         return parse_json(text)
     return parse_json(text.encode())

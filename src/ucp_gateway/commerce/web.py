@@ -28,7 +28,7 @@ from aiohttp import web
 from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
 from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
-from ..jsonbody import dumps_compact
+from ..jsonbody import NOT_UTF8, dumps_compact
 from ..mediatype import require_json_body
 from . import service
 from .context import PROFILE_CACHE, RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
@@ -89,10 +89,16 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
             raise BadRequest("Idempotency-Key header is required for this operation")
         if key is not None and not (1 <= len(key) <= 128 and key.isprintable()):
             raise BadRequest("Idempotency-Key must be 1-128 printable characters")
+        # a body that is not UTF-8 (RFC 8259 §8.1) is refused here, before the verb runtime (which
+        # would store the refusal under the Idempotency-Key); a NUL byte is UTF-8 but never JSON,
+        # and is how UTF-16/32 bodies of ASCII text look
+        body = _decoded(request, raw)
+        if b"\x00" in body:
+            raise BadRequest(NOT_UTF8)
         try:
-            text = _decoded(request, raw).decode("utf-8")
+            text = body.decode("utf-8")
         except UnicodeDecodeError:
-            raise BadRequest("body is not UTF-8 JSON") from None
+            raise BadRequest(NOT_UTF8) from None
         # the verb digest covers method, path, the decoded body and the raw bytes' hash (UCP:
         # fingerprint over the raw body); the caller is the principal's idempotency scope
         args = {

@@ -35,7 +35,7 @@ from .. import __version__
 from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..errors import BadRequest, GatewayError, NotFound
 from ..jsonbody import InvalidJson, loads_strict
-from ..mediatype import JSON_MEDIA_TYPE
+from ..mediatype import json_type_problem
 from ..verbs.decide import Call
 from ..verbs.manifest import listed, published
 from ..verbs.policy import Principal, is_blocked_name
@@ -243,9 +243,9 @@ async def mcp_post(request: web.Request) -> web.Response:
         raise NotFound("this host serves no company")
     principal = await principal_for(request, company)
     body = await request.read()
-    if body and request.content_type != JSON_MEDIA_TYPE:  # MCP Streamable HTTP: JSON-RPC is application/json
-        err = RpcError(jsonrpc.INVALID_REQUEST, f"Content-Type must be {JSON_MEDIA_TYPE}",
-                       {"code": "unsupported_media_type"}, http_status=415)  # fmt: skip
+    problem = json_type_problem(request) if body else None  # MCP Streamable HTTP: JSON-RPC is application/json
+    if problem is not None:
+        err = RpcError(jsonrpc.INVALID_REQUEST, problem, {"code": "unsupported_media_type"}, http_status=415)
         return web.json_response(jsonrpc.error_response(None, err), status=415)
     handlers = _Handlers(request, company, principal)
     return _rpc_response(
