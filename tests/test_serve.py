@@ -199,3 +199,42 @@ def test_stdlib_lines_are_json_and_keep_a_real_faults_traceback(db_settings):
     assert first["event"] == "plain words" and first["level"] == "warning" and first["logger"] == "aiohttp.server"
     assert "positional_args" not in first and "timestamp" in first
     assert second["level"] == "error" and "RuntimeError: boom" in second["exception"]
+
+
+async def _http_get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> bytes:
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(), 10)  # to EOF
+    finally:
+        writer.close()
+
+
+async def test_connections_made_before_the_stop_are_answered_and_new_ones_refused(db_settings):
+    """Regression (newcomer: ``serve --workers 2`` reset clients on SIGTERM). A connection the kernel
+    completed before the stop is answered, whether the loop had accepted it and its request comes
+    after the stop (aiohttp closed such idle connections at once), or it was still in the accept
+    queue; a connection after the stop is refused, not queued and reset."""
+    from ucp_gateway.serve import bind_socket
+
+    sock = bind_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    stop = asyncio.Event()
+    server = asyncio.create_task(run_server(db_settings.model_copy(update={"port": port}), stop=stop, sock=sock))
+    for _ in range(500):  # the socket queues from bind: wait until the app answers
+        if (await _http_get(*await asyncio.open_connection("127.0.0.1", port), "/healthz")).startswith(b"HTTP/1.1 200"):
+            break
+        await asyncio.sleep(0.02)
+    early = await asyncio.open_connection("127.0.0.1", port)
+    await asyncio.sleep(0.2)  # accepted by the loop by now, no request yet
+    late = await asyncio.open_connection("127.0.0.1", port)  # accepted or still queued
+    stop.set()  # what SIGTERM does
+    await asyncio.sleep(0.1)  # the stop has begun: the listening socket is closed
+    answers = await asyncio.gather(_http_get(*early, "/healthz"), _http_get(*late, "/.well-known/ucp"))
+    assert [a.split(b"\r\n", 1)[0] for a in answers] == [b"HTTP/1.1 200 OK"] * 2
+    try:
+        await asyncio.open_connection("127.0.0.1", port)
+        raise AssertionError("a connection after the stop was accepted")
+    except ConnectionRefusedError:
+        pass
+    await asyncio.wait_for(server, 15)

@@ -183,3 +183,70 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _client_loop(port: int, outcomes: list, done) -> None:
+    """GET /.well-known/ucp on a new connection each time, until ``done``; each outcome is the
+    status, "refused", or the name of any other error (a reset, an incomplete answer)."""
+    import http.client
+
+    while not done.is_set():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("GET", "/.well-known/ucp", headers={"Connection": "close"})
+            resp = conn.getresponse()
+            resp.read()
+            outcomes.append(resp.status)
+        except ConnectionRefusedError:
+            outcomes.append("refused")
+            time.sleep(0.01)
+        except Exception as exc:  # every other outcome is a failure, named
+            outcomes.append(type(exc).__name__)
+        finally:
+            conn.close()
+
+
+def test_sigterm_under_load_answers_or_refuses_every_connection(tmp_path):
+    """Regression (newcomer): on SIGTERM the supervisor kept its copy of the listening socket open
+    about a second after the workers stopped accepting; what queued meanwhile was reset when it
+    closed (one ConnectionResetError per client loop). Now every request gets its whole answer or
+    "connection refused", as with one process, and every process exits 0 within the grace."""
+    import threading
+
+    data_dir = (tmp_path / "gw").resolve()
+    log = tmp_path / "serve.log"
+    port = _free_port()
+    proc = _supervisor(data_dir, log, port)
+    done, loops = threading.Event(), []
+    try:
+        _wait_for(log, proc, lambda e: e.get("event") == "listening" and e.get("workers") == 2)
+        workers = [e["pid"] for e in _events(log) if e.get("event") == "worker_started"]
+        outs: list[list] = [[] for _ in range(4)]
+        loops = [(out, threading.Thread(target=_client_loop, args=(port, out, done))) for out in outs]
+        for _, thread in loops:
+            thread.start()
+        time.sleep(0.5)  # under load
+        stopped_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        took = time.monotonic() - stopped_at
+        time.sleep(0.3)  # the loops see the port refuse
+    finally:
+        done.set()
+        for _, thread in loops:
+            thread.join(timeout=15)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    outcomes = [o for out, _ in loops for o in out]
+    assert set(outcomes) == {200, "refused"}, {o: outcomes.count(o) for o in set(outcomes)}
+    assert all(out[-1] == "refused" and 200 in out for out, _ in loops)
+    assert proc.returncode == 0 and took < 10.0, (proc.returncode, took)  # shutdown_timeout: 10 s
+    events = _events(log)
+    assert sum(1 for e in events if e.get("event") == "stopped" and "worker" in e) == 2
+    assert not any(e.get("event") in ("worker_killed", "worker_exited") for e in events)
+    assert not any(_alive(p) for p in workers)
+    deadline = time.monotonic() + 10
+    while _postgres_procs(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _postgres_procs(data_dir) == [], "a postgres process outlived the supervisor"

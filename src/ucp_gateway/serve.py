@@ -4,6 +4,14 @@ Shutdown order (aiohttp web_advanced "Graceful shutdown"): stop accepting, let i
 finish (up to ``shutdown_timeout`` seconds), run cleanup contexts in reverse (workers, pool), and stop
 the embedded PostgreSQL last, so no postgres process outlives the gateway.
 
+Stopping to accept (:func:`stop_accepting`) takes the connections the kernel has already completed
+(its accept queue) before the listening descriptor is closed, in one step with no await between, so
+a client gets either an answer or "connection refused", not a reset of a connection it saw
+established; the process whose close ends the listening socket (the last one, under ``--workers``)
+has just emptied its queue. A connection accepted but whose first request has not arrived yet is
+given up to ``FIRST_REQUEST_WAIT`` seconds to send it before the idle connections are closed
+(aiohttp closes idle connections at once, and drops what arrives after that).
+
 Front path: :func:`install_front` puts the foundation's front handler
 (:func:`ucp_gateway.middleware.front_handler`) before aiohttp's router and middleware chain, so a
 fresh cached public document (``/.well-known/ucp``) is answered without them; every other request
@@ -28,9 +36,22 @@ from .config import Settings
 from .errors import ConfigError
 from .middleware import FOUNDATION, front_handler
 
-__all__ = ["bind_socket", "demo_seed_hook", "install_front", "loop_factory", "run", "run_server"]
+__all__ = [
+    "BACKLOG",
+    "FIRST_REQUEST_WAIT",
+    "bind_socket",
+    "demo_seed_hook",
+    "install_front",
+    "loop_factory",
+    "run",
+    "run_server",
+    "stop_accepting",
+]
 
 _log = structlog.get_logger("ucp_gateway.serve")
+
+BACKLOG = 1024  # the kernel's accept queue (listen(2)); the serving loop re-applies it
+FIRST_REQUEST_WAIT = 1.0  # seconds a fresh connection may take to send its request once stopping
 
 
 def bind_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
@@ -51,7 +72,7 @@ def bind_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.soc
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind(addr)
-        sock.listen(1024)
+        sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
         if exc.errno in (98, 48):  # EADDRINUSE (Linux, BSD)
@@ -137,6 +158,57 @@ def install_front(runner: web.AppRunner) -> bool:
     return True
 
 
+def _take_queue(sock: socket.socket) -> list[socket.socket]:
+    """Accept, without blocking, the connections the kernel has queued on ``sock`` (at most
+    twice the backlog, so a flood cannot hold the stop)."""
+    taken = []
+    for _ in range(2 * BACKLOG):
+        try:
+            conn, _ = sock.accept()
+        except (BlockingIOError, InterruptedError):  # the queue is empty
+            break
+        except ConnectionAbortedError:  # that client gave up while queued
+            continue
+        except OSError:  # not listening any more
+            break
+        taken.append(conn)
+    return taken
+
+
+def _awaiting_first_request(handler: Any) -> bool:
+    # aiohttp counts the requests parsed on a connection in RequestHandler._request_count (3.14;
+    # tests/test_serve.py fails if a release drops it); without it, nothing is waited for
+    return handler.transport is not None and getattr(handler, "_request_count", 1) == 0
+
+
+async def stop_accepting(server: asyncio.AbstractServer, sock: socket.socket, http: web.Server, *, wait: float) -> int:
+    """Stop accepting on ``sock`` without dropping a connection the kernel has already completed.
+
+    Takes the kernel's accept queue and closes ``server`` (asyncio and uvloop close the listening
+    descriptor at once) with no await in between; the connections taken are served by ``http``
+    like any accepted one. Then waits until every open connection has sent its first request, at
+    most ``wait`` seconds, so that the idle-connection close of aiohttp's shutdown does not drop a
+    request already on its way. A listening socket shared by several processes (``--workers``)
+    stops listening when the last of them closes its descriptor, having emptied the queue first.
+
+    Returns the number of connections taken from the queue.
+    """
+    loop = asyncio.get_running_loop()
+    taken = _take_queue(sock)
+    server.close()
+    for conn in taken:
+        conn.setblocking(False)
+        try:
+            await loop.connect_accepted_socket(http, conn)
+        except OSError:  # reset by the client meanwhile
+            conn.close()
+    deadline = loop.time() + wait
+    while True:
+        await asyncio.sleep(0.005)  # at least once: the loop's own last accepts become connections
+        if loop.time() >= deadline or not any(_awaiting_first_request(h) for h in http.connections):
+            return len(taken)
+
+
 async def run_server(
     settings: Settings,
     *,
@@ -145,6 +217,7 @@ async def run_server(
     reuse_port: bool = False,
     sock: socket.socket | None = None,
     front: bool = True,
+    signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
 ) -> None:
     """Serve ``create_app(settings)`` until a signal (or ``stop``) arrives.
 
@@ -155,13 +228,14 @@ async def run_server(
         reuse_port: listen with SO_REUSEPORT (several processes bind the port; bench/checkout_flow.py).
         sock: a listening socket to serve on instead of binding ``settings.host:port`` (a worker of
             ``serve --workers N`` gets the supervisor's, ucp_gateway.workers); closed on return.
+        signals: the signals that set ``stop`` (a worker leaves SIGINT to its supervisor).
     Raises: ConfigError (port in use, database problems) before anything is served.
     """
     if sock is None:
         sock = bind_socket(settings.host, settings.port, reuse_port=reuse_port)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in signals:
         try:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
@@ -176,6 +250,7 @@ async def run_server(
         keepalive_timeout=settings.http_keepalive_timeout,
         handle_signals=False,
     )
+    server: asyncio.AbstractServer | None = None
     try:
         await runner.setup()  # opens the database (cleanup_ctx) and starts workers
         if before_serve is not None:
@@ -187,17 +262,24 @@ async def run_server(
         # left behind (one took 110 ms of CPU, stalling every request in flight, before this)
         gc.collect()
         gc.freeze()
-        site = web.SockSite(runner, sock)
-        await site.start()
+        assert runner.server is not None  # set up above
         host, port = sock.getsockname()[:2]
+        # the asyncio server itself (not an aiohttp site), so that stop_accepting can close it
+        # synchronously right after taking the accept queue
+        server = await loop.create_server(runner.server, sock=sock, backlog=BACKLOG)
         _log.info("listening", url=f"http://{host}:{port}", embedded_db=settings.database_url is None)
         await stop.wait()
         _log.info("shutting_down")
+        wait = min(FIRST_REQUEST_WAIT, settings.shutdown_timeout)
+        queued = await stop_accepting(server, sock, runner.server, wait=wait)
+        _log.info("stopped_accepting", queued=queued)
     finally:
         gc.unfreeze()  # collectable again (a process that serves more than once, as tests do)
+        if server is not None:
+            server.close()  # no-op after stop_accepting
         await runner.cleanup()
         sock.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals:
             try:
                 loop.remove_signal_handler(sig)
             except (NotImplementedError, RuntimeError):

@@ -12,11 +12,16 @@ others after it is ready.
 Supervision: a worker that dies is restarted (checked every second), at most ``MAX_RESTARTS`` times per
 ``RESTART_WINDOW`` seconds (then the supervisor shuts everything down and exits 1, since a worker
 that keeps crashing would otherwise hide the fault). A worker that fails before it is ready (port
-in use, database refused) stops the start-up with exit code 1. SIGINT/SIGTERM: every worker gets
-SIGTERM and shuts down gracefully (``shutdown_timeout``); stragglers are killed; the embedded
-PostgreSQL stops last. A worker whose supervisor is gone (SIGKILL) shuts itself down within a
-second or so; the embedded PostgreSQL of a killed supervisor is left running, as after a killed
-single-process ``serve``: the next start reuses it (and, not having started it, leaves it running).
+in use, database refused) stops the start-up with exit code 1. SIGINT/SIGTERM: the supervisor closes
+its copy of the listening socket at once, then every worker gets SIGTERM and shuts down gracefully
+(``shutdown_timeout``); stragglers are killed; the embedded PostgreSQL stops last. The socket stops
+listening (new connections are refused) when the last worker closes its copy, right after taking
+the connections still queued (``serve.stop_accepting``), so none is reset unserved. Workers ignore
+SIGINT (a Ctrl-C reaches the whole process group): the supervisor must close its copy first, or
+what queues after the workers' copies are gone would be reset when it does. A worker whose
+supervisor is gone (SIGKILL) shuts itself down within a second or so; the embedded PostgreSQL of a
+killed supervisor is left running, as after a killed single-process ``serve``: the next start
+reuses it (and, not having started it, leaves it running).
 
 Every worker has its own pool (``Settings.db_pool_size`` connections), profile and host caches and buyer
 rate limiter. What must be shared already lives in PostgreSQL: the replay cache, idempotency keys,
@@ -76,6 +81,7 @@ def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: s
     from .logs import configure_logging
     from .serve import demo_seed_hook, run, run_server
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor stops the workers (module docstring)
     configure_logging(settings)
     structlog.contextvars.bind_contextvars(worker=index)
     seeder = demo_seed_hook(settings) if seed else None
@@ -97,7 +103,7 @@ def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: s
 
         watcher = asyncio.create_task(watch_supervisor())
         try:
-            await run_server(settings, before_serve=before_serve, stop=stop, sock=sock)
+            await run_server(settings, before_serve=before_serve, stop=stop, sock=sock, signals=(signal.SIGTERM,))
         finally:
             watcher.cancel()
 
@@ -106,8 +112,6 @@ def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: s
     except GatewayError as exc:
         print(f"ucp-gateway: error: worker {index}: {exc.message}", file=sys.stderr)
         sys.exit(1)
-    except KeyboardInterrupt:  # SIGINT before the loop installed its handler
-        sys.exit(130)
 
 
 class _Workers:
@@ -210,9 +214,14 @@ async def supervise(settings: Settings) -> int:
     sock = bind_socket(settings.host, settings.port)  # the one listening socket every worker accepts on
     embedded = None
     stop = asyncio.Event()
+
+    def on_signal() -> None:
+        sock.close()  # at once: only the workers' copies keep the port listening now (module docstring)
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     code = 0
     try:
         worker_settings, embedded = await _prepare(settings)
