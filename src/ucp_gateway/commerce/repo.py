@@ -183,8 +183,9 @@ async def lock_checkout_priced(
     return (None, None) if row is None else (row, await _catalog(conn, row, currency, pickup_locations))
 
 
-# async (sql, *args): run a caller's last statement (VerbContext.write_last); None = at once
-LastWrite = Callable[..., Awaitable[None]]
+# async (sql, *args, ctes="", otherwise=None) -> bool | None: run a caller's last statement
+# (VerbContext.write_last: True/False = run at once, whether it wrote a row; None = deferred)
+LastWrite = Callable[..., Awaitable[bool | None]]
 
 
 async def insert_checkout(
@@ -305,7 +306,9 @@ async def complete_order(
     payment: dict[str, Any],
     outbox: dict[str, Any],
     reserve: tuple[str, int] | None = None,
-) -> bool:
+    last_write: LastWrite | None = None,
+    otherwise: Callable[[], Awaitable[Any]] | None = None,
+) -> bool | None:
     """Write a completed checkout in one statement: the checkout row (status, state, body, order_id),
     the order, the captured payment and the ``order created`` outbox event with its queue entry.
 
@@ -316,7 +319,11 @@ async def complete_order(
     ``outbox``: ``event_type``, ``caller``, ``payload``, ``target_url``, ``now``.
     ``reserve``: one ``(product_id, quantity)`` to take from stock in the same statement (never
     below zero, as :func:`reserve_inventory`); when the stock is short nothing at all is written.
-    Returns: True when written, False when ``reserve`` found the stock short.
+    ``last_write``: the caller sends nothing after this statement and lets ``last_write`` run it
+    (``VerbContext.write_last``: possibly later, with the audit row); ``otherwise`` (with
+    ``reserve``): what the caller answers when the stock is short, should the statement be deferred.
+    Returns: True when written, False when ``reserve`` found the stock short, None when deferred
+    (``last_write`` runs it later and awaits ``otherwise`` when the stock is short).
     """
     body = json.dumps(outbox["payload"], separators=(",", ":"), sort_keys=False).encode()
     p, o = payment, order
@@ -324,21 +331,23 @@ async def complete_order(
     if reserve is not None:
         inv = (
             "inv AS (UPDATE inventory SET quantity = quantity - $24 WHERE product_id = $23 AND quantity >= $24"
-            " RETURNING 1),"
+            " RETURNING 1), "
         )
         cond, extra = "EXISTS (SELECT 1 FROM inv)", [reserve[0], reserve[1]]
-    done = await conn.fetchval(
-        f"WITH {inv} c AS (UPDATE checkout_sessions SET status = $2, state = $3, body = $4, updated_at = $5,"
+    # WITH items, then the last write (the queue entry): a row exactly when everything was written
+    ctes = (
+        f"{inv}cs AS (UPDATE checkout_sessions SET status = $2, state = $3, body = $4, updated_at = $5,"
         f"   order_id = $6 WHERE id = $7 AND {cond} RETURNING 1),"
-        " o AS (INSERT INTO orders (company_id, id, checkout_id, caller, currency, total, snapshot, created_at,"
+        " oi AS (INSERT INTO orders (company_id, id, checkout_id, caller, currency, total, snapshot, created_at,"
         f"   updated_at) SELECT $1, $6, $7, $8, $9, $10, $11, $5, $5 WHERE {cond} RETURNING 1),"
-        " p AS (INSERT INTO payments (company_id, id, checkout_id, order_id, handler_id, instrument_id, token_ref,"
+        " pa AS (INSERT INTO payments (company_id, id, checkout_id, order_id, handler_id, instrument_id, token_ref,"
         "   amount, currency, status, created_at)"
         f"   SELECT $1, $12, $7, $6, $13, $14, $15, $10, $9, $16, $5 WHERE {cond} RETURNING 1),"
-        " w AS (INSERT INTO webhook_outbox (company_id, id, order_id, event_type, caller, payload, created_at,"
+        " ob AS (INSERT INTO webhook_outbox (company_id, id, order_id, event_type, caller, payload, created_at,"
         f"   next_attempt_at, target_url) SELECT $1, $17, $6, $18, $19, $20, $21, $21, $22 WHERE {cond} RETURNING 1)"
-        f" INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) SELECT $1, $17, $21 WHERE {cond}"
-        " RETURNING true",
+    )
+    sql = f"INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) SELECT $1, $17, $21 WHERE {cond}"
+    args = (
         company_id,
         checkout["status"],
         checkout["state"],
@@ -363,7 +372,9 @@ async def complete_order(
         outbox.get("target_url"),
         *extra,
     )
-    return bool(done)
+    if last_write is not None:
+        return await last_write(sql, *args, ctes=ctes, otherwise=otherwise if reserve is not None else None)
+    return bool(await conn.fetchval(f"WITH {ctes} {sql} RETURNING true", *args))
 
 
 async def get_order_rows(
