@@ -35,18 +35,24 @@ __all__ = [
 # What pricing reads per request, as one row of json columns: the products {ids} with stock, the
 # saved addresses of the buyer {email} when it is a known customer, and the version of the rarely
 # changing parts (rates, promotions, codes; migration 0052), which come from _STATIC when cached.
+_ADDRESSES = (
+    " (SELECT coalesce(json_agg(json_build_object('id', a.id, 'street_address', a.street_address,"
+    "   'city', a.city, 'state', a.state, 'postal_code', a.postal_code, 'country', a.country) ORDER BY a.id), '[]')"
+    "   FROM addresses a JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
+    "   WHERE {email} IS NOT NULL AND lower(c.email) = lower({email})) AS addresses,"
+)
+# what _ADDRESSES gives for no email, without the subquery (its plan, locks and RLS quals)
+_NO_ADDRESSES = " '[]'::json AS addresses,"
 _CATALOG_COLUMNS = (
     " (SELECT coalesce(json_agg(json_build_object('id', p.id, 'title', p.title, 'price', p.price,"
     "   'currency', p.currency, 'image_url', p.image_url, 'stock', coalesce(i.quantity, 0))), '[]')"
     "   FROM products p LEFT JOIN inventory i ON i.company_id = p.company_id AND i.product_id = p.id"
     "   WHERE p.id = ANY({ids})) AS products,"
-    " (SELECT coalesce(json_agg(json_build_object('id', a.id, 'street_address', a.street_address,"
-    "   'city', a.city, 'state', a.state, 'postal_code', a.postal_code, 'country', a.country) ORDER BY a.id), '[]')"
-    "   FROM addresses a JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
-    "   WHERE {email} IS NOT NULL AND lower(c.email) = lower({email})) AS addresses,"
+    "{addresses}"
     " (SELECT version FROM catalog_versions) AS catalog_version"
 )
-_LOAD_CATALOG = "SELECT" + _CATALOG_COLUMNS.format(ids="$1::text[]", email="$2::text")
+_LOAD_CATALOG = "SELECT" + _CATALOG_COLUMNS.format(ids="$1::text[]", addresses=_ADDRESSES.format(email="$2::text"))
+_LOAD_CATALOG_NO_EMAIL = "SELECT" + _CATALOG_COLUMNS.format(ids="$1::text[]", addresses=_NO_ADDRESSES)
 
 # The rarely changing parts with their version, in one snapshot (read when not cached).
 _STATIC = (
@@ -67,19 +73,23 @@ _STATIC = (
 # only shown from it (the reservation itself re-checks the locked inventory row).
 _LOCK_PRICED = (
     "SELECT c.id, c.status, c.caller, c.expires_at, {state},"
-    + _CATALOG_COLUMNS.format(ids="k.ids", email="k.email")
+    + _CATALOG_COLUMNS.format(ids="k.ids", addresses="{addresses}")
     + " FROM checkout_sessions c CROSS JOIN LATERAL (SELECT"
     "  CASE WHEN $2 THEN $3::text[] ELSE"
     "   ARRAY(SELECT e->'item'->>'id' FROM jsonb_array_elements(c.state->'line_items') AS e) END AS ids,"
     "  CASE WHEN $2 THEN $4::text ELSE c.state->'buyer'->>'email' END AS email) AS k"
     " WHERE c.id = $1 FOR UPDATE OF c"
 )
-# complete: also the demo payment instruments (payments.demo_charge), saving it a round trip
+# complete: also the demo payment instruments (payments.demo_charge), saving it a round trip; the
+# stored buyer email is only known in the statement (its addresses subquery skips itself when null)
 _LOCK_PRICED_STATE = _LOCK_PRICED.format(
     state="c.state, (SELECT coalesce(json_agg(json_build_object('id', id, 'token', token, 'handler_id', handler_id)"
-    " ORDER BY id), '[]') FROM payment_instruments) AS instruments"
+    " ORDER BY id), '[]') FROM payment_instruments) AS instruments",
+    addresses=_ADDRESSES.format(email="k.email"),
 )
-_LOCK_PRICED_NO_STATE = _LOCK_PRICED.format(state="NULL::jsonb AS state")
+# update: the new state's email ($4) is known here, and without one the subquery is left out
+_LOCK_PRICED_NO_STATE = _LOCK_PRICED.format(state="NULL::jsonb AS state", addresses=_ADDRESSES.format(email="k.email"))
+_LOCK_PRICED_NO_STATE_NO_EMAIL = _LOCK_PRICED.format(state="NULL::jsonb AS state", addresses=_NO_ADDRESSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +164,10 @@ async def load_catalog(
     cached at their current version; two otherwise): the requested products with stock, rates,
     promotions, codes and the saved addresses of the buyer when ``buyer_email`` belongs to a
     known customer."""
-    row = await conn.fetchrow(_LOAD_CATALOG, list(set(product_ids)), buyer_email)
+    if buyer_email is None:  # no customer to match: no addresses
+        row = await conn.fetchrow(_LOAD_CATALOG_NO_EMAIL, list(set(product_ids)))
+    else:
+        row = await conn.fetchrow(_LOAD_CATALOG, list(set(product_ids)), buyer_email)
     return await _catalog(conn, row, currency, pickup_locations)
 
 
@@ -179,7 +192,8 @@ async def lock_checkout_priced(
     else:
         ids = list({li["item"]["id"] for li in state["line_items"]})
         email = (state.get("buyer") or {}).get("email")
-        row = await conn.fetchrow(_LOCK_PRICED_NO_STATE, checkout_id, True, ids, email)
+        sql = _LOCK_PRICED_NO_STATE if email is not None else _LOCK_PRICED_NO_STATE_NO_EMAIL
+        row = await conn.fetchrow(sql, checkout_id, True, ids, email)
     return (None, None) if row is None else (row, await _catalog(conn, row, currency, pickup_locations))
 
 
