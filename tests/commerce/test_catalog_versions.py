@@ -65,7 +65,7 @@ async def test_cached_version_costs_one_statement(database, company):
         sent = []
         conn.add_query_logger(lambda q: sent.append(q.query))
         await repo.load_catalog(conn, ["bouquet_roses"], currency="USD", buyer_email=None)
-    assert [q for q in sent if not q.startswith("COMMIT")] == [repo._LOAD_CATALOG]
+    assert [q for q in sent if not q.startswith("COMMIT")] == [repo._LOAD_CATALOG_NO_EMAIL]
 
 
 async def test_companies_never_share_cached_parts(database, company):

@@ -139,3 +139,25 @@ async def test_complete_lock_carries_the_instruments_demo_charge_reads(database,
             for token in ("success_token", "fail_token", "nope", None):
                 kw = {"handler_id": handler, "token": token, "amount": 100}
                 assert await demo_charge(conn, **kw, instruments=row["instruments"]) == await demo_charge(conn, **kw)
+
+
+async def test_no_buyer_email_leaves_out_the_addresses_subquery_with_the_same_result(database, company):
+    """Without a buyer email the statements leave the saved-addresses subquery out: the catalogue
+    is what the statements with it give (no addresses); with an email the subquery finds them."""
+    pool = database.pool
+    await _insert(pool, company, "chk_e", _state("bouquet_roses"))
+    ids = ["bouquet_roses", "pot_ceramic"]
+    for email, n in ((None, 0), ("John.Doe@example.com", 2), ("nobody@example.com", 0)):
+        async with tenant_tx(pool, company.id) as conn:
+            sent: list = []
+            conn.add_query_logger(lambda q: sent.append(q.query))
+            got = await repo.load_catalog(conn, ids, currency="USD", buyer_email=email)
+            _, locked = await repo.lock_checkout_priced(conn, "chk_e", state=_state(*ids, email=email), currency="USD")
+            # the statements with the subquery, given the same email
+            full = await repo._catalog(conn, await conn.fetchrow(repo._LOAD_CATALOG, ids, email), "USD", ())
+            row = await conn.fetchrow(repo._LOCK_PRICED_NO_STATE, "chk_e", True, ids, email)
+            full_locked = await repo._catalog(conn, row, "USD", ())
+        assert got == locked == full == full_locked and len(got.saved_addresses) == n
+        left_out = email is None
+        priced = [q for q in sent if "FROM products p" in q][:2]  # load_catalog's, lock_checkout_priced's
+        assert [("FROM addresses" not in q) is left_out for q in priced] == [True, True], priced

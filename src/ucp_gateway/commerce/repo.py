@@ -35,18 +35,24 @@ __all__ = [
 # What pricing reads per request, as one row of json columns: the products {ids} with stock, the
 # saved addresses of the buyer {email} when it is a known customer, and the version of the rarely
 # changing parts (rates, promotions, codes; migration 0052), which come from _STATIC when cached.
+_ADDRESSES = (
+    " (SELECT coalesce(json_agg(json_build_object('id', a.id, 'street_address', a.street_address,"
+    "   'city', a.city, 'state', a.state, 'postal_code', a.postal_code, 'country', a.country) ORDER BY a.id), '[]')"
+    "   FROM addresses a JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
+    "   WHERE {email} IS NOT NULL AND lower(c.email) = lower({email})) AS addresses,"
+)
+# what _ADDRESSES gives for no email, without the subquery (its plan, locks and RLS quals)
+_NO_ADDRESSES = " '[]'::json AS addresses,"
 _CATALOG_COLUMNS = (
     " (SELECT coalesce(json_agg(json_build_object('id', p.id, 'title', p.title, 'price', p.price,"
     "   'currency', p.currency, 'image_url', p.image_url, 'stock', coalesce(i.quantity, 0))), '[]')"
     "   FROM products p LEFT JOIN inventory i ON i.company_id = p.company_id AND i.product_id = p.id"
     "   WHERE p.id = ANY({ids})) AS products,"
-    " (SELECT coalesce(json_agg(json_build_object('id', a.id, 'street_address', a.street_address,"
-    "   'city', a.city, 'state', a.state, 'postal_code', a.postal_code, 'country', a.country) ORDER BY a.id), '[]')"
-    "   FROM addresses a JOIN customers c ON c.company_id = a.company_id AND c.id = a.customer_id"
-    "   WHERE {email} IS NOT NULL AND lower(c.email) = lower({email})) AS addresses,"
+    "{addresses}"
     " (SELECT version FROM catalog_versions) AS catalog_version"
 )
-_LOAD_CATALOG = "SELECT" + _CATALOG_COLUMNS.format(ids="$1::text[]", email="$2::text")
+_LOAD_CATALOG = "SELECT" + _CATALOG_COLUMNS.format(ids="$1::text[]", addresses=_ADDRESSES.format(email="$2::text"))
+_LOAD_CATALOG_NO_EMAIL = "SELECT" + _CATALOG_COLUMNS.format(ids="$1::text[]", addresses=_NO_ADDRESSES)
 
 # The rarely changing parts with their version, in one snapshot (read when not cached).
 _STATIC = (
@@ -67,19 +73,23 @@ _STATIC = (
 # only shown from it (the reservation itself re-checks the locked inventory row).
 _LOCK_PRICED = (
     "SELECT c.id, c.status, c.caller, c.expires_at, {state},"
-    + _CATALOG_COLUMNS.format(ids="k.ids", email="k.email")
+    + _CATALOG_COLUMNS.format(ids="k.ids", addresses="{addresses}")
     + " FROM checkout_sessions c CROSS JOIN LATERAL (SELECT"
     "  CASE WHEN $2 THEN $3::text[] ELSE"
     "   ARRAY(SELECT e->'item'->>'id' FROM jsonb_array_elements(c.state->'line_items') AS e) END AS ids,"
     "  CASE WHEN $2 THEN $4::text ELSE c.state->'buyer'->>'email' END AS email) AS k"
     " WHERE c.id = $1 FOR UPDATE OF c"
 )
-# complete: also the demo payment instruments (payments.demo_charge), saving it a round trip
+# complete: also the demo payment instruments (payments.demo_charge), saving it a round trip; the
+# stored buyer email is only known in the statement (its addresses subquery skips itself when null)
 _LOCK_PRICED_STATE = _LOCK_PRICED.format(
     state="c.state, (SELECT coalesce(json_agg(json_build_object('id', id, 'token', token, 'handler_id', handler_id)"
-    " ORDER BY id), '[]') FROM payment_instruments) AS instruments"
+    " ORDER BY id), '[]') FROM payment_instruments) AS instruments",
+    addresses=_ADDRESSES.format(email="k.email"),
 )
-_LOCK_PRICED_NO_STATE = _LOCK_PRICED.format(state="NULL::jsonb AS state")
+# update: the new state's email ($4) is known here, and without one the subquery is left out
+_LOCK_PRICED_NO_STATE = _LOCK_PRICED.format(state="NULL::jsonb AS state", addresses=_ADDRESSES.format(email="k.email"))
+_LOCK_PRICED_NO_STATE_NO_EMAIL = _LOCK_PRICED.format(state="NULL::jsonb AS state", addresses=_NO_ADDRESSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +164,10 @@ async def load_catalog(
     cached at their current version; two otherwise): the requested products with stock, rates,
     promotions, codes and the saved addresses of the buyer when ``buyer_email`` belongs to a
     known customer."""
-    row = await conn.fetchrow(_LOAD_CATALOG, list(set(product_ids)), buyer_email)
+    if buyer_email is None:  # no customer to match: no addresses
+        row = await conn.fetchrow(_LOAD_CATALOG_NO_EMAIL, list(set(product_ids)))
+    else:
+        row = await conn.fetchrow(_LOAD_CATALOG, list(set(product_ids)), buyer_email)
     return await _catalog(conn, row, currency, pickup_locations)
 
 
@@ -179,12 +192,14 @@ async def lock_checkout_priced(
     else:
         ids = list({li["item"]["id"] for li in state["line_items"]})
         email = (state.get("buyer") or {}).get("email")
-        row = await conn.fetchrow(_LOCK_PRICED_NO_STATE, checkout_id, True, ids, email)
+        sql = _LOCK_PRICED_NO_STATE if email is not None else _LOCK_PRICED_NO_STATE_NO_EMAIL
+        row = await conn.fetchrow(sql, checkout_id, True, ids, email)
     return (None, None) if row is None else (row, await _catalog(conn, row, currency, pickup_locations))
 
 
-# async (sql, *args): run a caller's last statement (VerbContext.write_last); None = at once
-LastWrite = Callable[..., Awaitable[None]]
+# async (sql, *args, ctes="", otherwise=None) -> bool | None: run a caller's last statement
+# (VerbContext.write_last: True/False = run at once, whether it wrote a row; None = deferred)
+LastWrite = Callable[..., Awaitable[bool | None]]
 
 
 async def insert_checkout(
@@ -305,7 +320,9 @@ async def complete_order(
     payment: dict[str, Any],
     outbox: dict[str, Any],
     reserve: tuple[str, int] | None = None,
-) -> bool:
+    last_write: LastWrite | None = None,
+    otherwise: Callable[[], Awaitable[Any]] | None = None,
+) -> bool | None:
     """Write a completed checkout in one statement: the checkout row (status, state, body, order_id),
     the order, the captured payment and the ``order created`` outbox event with its queue entry.
 
@@ -316,7 +333,11 @@ async def complete_order(
     ``outbox``: ``event_type``, ``caller``, ``payload``, ``target_url``, ``now``.
     ``reserve``: one ``(product_id, quantity)`` to take from stock in the same statement (never
     below zero, as :func:`reserve_inventory`); when the stock is short nothing at all is written.
-    Returns: True when written, False when ``reserve`` found the stock short.
+    ``last_write``: the caller sends nothing after this statement and lets ``last_write`` run it
+    (``VerbContext.write_last``: possibly later, with the audit row); ``otherwise`` (with
+    ``reserve``): what the caller answers when the stock is short, should the statement be deferred.
+    Returns: True when written, False when ``reserve`` found the stock short, None when deferred
+    (``last_write`` runs it later and awaits ``otherwise`` when the stock is short).
     """
     body = json.dumps(outbox["payload"], separators=(",", ":"), sort_keys=False).encode()
     p, o = payment, order
@@ -324,21 +345,23 @@ async def complete_order(
     if reserve is not None:
         inv = (
             "inv AS (UPDATE inventory SET quantity = quantity - $24 WHERE product_id = $23 AND quantity >= $24"
-            " RETURNING 1),"
+            " RETURNING 1), "
         )
         cond, extra = "EXISTS (SELECT 1 FROM inv)", [reserve[0], reserve[1]]
-    done = await conn.fetchval(
-        f"WITH {inv} c AS (UPDATE checkout_sessions SET status = $2, state = $3, body = $4, updated_at = $5,"
+    # WITH items, then the last write (the queue entry): a row exactly when everything was written
+    ctes = (
+        f"{inv}cs AS (UPDATE checkout_sessions SET status = $2, state = $3, body = $4, updated_at = $5,"
         f"   order_id = $6 WHERE id = $7 AND {cond} RETURNING 1),"
-        " o AS (INSERT INTO orders (company_id, id, checkout_id, caller, currency, total, snapshot, created_at,"
+        " oi AS (INSERT INTO orders (company_id, id, checkout_id, caller, currency, total, snapshot, created_at,"
         f"   updated_at) SELECT $1, $6, $7, $8, $9, $10, $11, $5, $5 WHERE {cond} RETURNING 1),"
-        " p AS (INSERT INTO payments (company_id, id, checkout_id, order_id, handler_id, instrument_id, token_ref,"
+        " pa AS (INSERT INTO payments (company_id, id, checkout_id, order_id, handler_id, instrument_id, token_ref,"
         "   amount, currency, status, created_at)"
         f"   SELECT $1, $12, $7, $6, $13, $14, $15, $10, $9, $16, $5 WHERE {cond} RETURNING 1),"
-        " w AS (INSERT INTO webhook_outbox (company_id, id, order_id, event_type, caller, payload, created_at,"
+        " ob AS (INSERT INTO webhook_outbox (company_id, id, order_id, event_type, caller, payload, created_at,"
         f"   next_attempt_at, target_url) SELECT $1, $17, $6, $18, $19, $20, $21, $21, $22 WHERE {cond} RETURNING 1)"
-        f" INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) SELECT $1, $17, $21 WHERE {cond}"
-        " RETURNING true",
+    )
+    sql = f"INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) SELECT $1, $17, $21 WHERE {cond}"
+    args = (
         company_id,
         checkout["status"],
         checkout["state"],
@@ -363,7 +386,9 @@ async def complete_order(
         outbox.get("target_url"),
         *extra,
     )
-    return bool(done)
+    if last_write is not None:
+        return await last_write(sql, *args, ctes=ctes, otherwise=otherwise if reserve is not None else None)
+    return bool(await conn.fetchval(f"WITH {ctes} {sql} RETURNING true", *args))
 
 
 async def get_order_rows(

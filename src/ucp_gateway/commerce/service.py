@@ -11,6 +11,7 @@ idempotency record). Database errors abort the whole transaction.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -328,9 +329,19 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
     }
     items = _merged(priced.reservable)
     if len(items) == 1:  # one product: stock and order in one statement, all or nothing, no savepoint
-        if await repo.complete_order(conn, ctx.company_id, **writes, reserve=items[0]):
+
+        def short() -> Awaitable[Outcome]:  # nothing of the order was written: a recoverable message
+            return _complete_failed(conn, ctx, cid, row, state, priced, status, _out_of_stock([items[0][0]]))
+
+        # verb runtime: the statement goes out with the audit row and idempotency record (one round
+        # trip less, and the inventory row is locked only from there to COMMIT); if the stock is
+        # short, that statement writes nothing and the runtime answers short() instead
+        written = await repo.complete_order(
+            conn, ctx.company_id, **writes, reserve=items[0], last_write=ctx.last_write, otherwise=short
+        )
+        if written is not False:
             return Outcome(200, body)
-        return await _complete_failed(conn, ctx, cid, row, state, priced, status, _out_of_stock([items[0][0]]))
+        return await short()
     try:
         async with conn.transaction():  # savepoint: the order stands or falls with the stock
             await repo.complete_order(conn, ctx.company_id, **writes)

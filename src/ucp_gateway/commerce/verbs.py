@@ -91,18 +91,30 @@ def _handler(name: str, op: Op, read: bool):
         if not read:  # the operation's last write goes out with the audit row (one round trip)
             cctx = cctx.with_last_write(ctx.write_last)
         args = ctx.args if type(ctx.args) is dict else dict(ctx.args)  # the dispatcher's own copy
-        try:
-            # no savepoint: operations raise 4xx only before their first write (service.py contract)
-            out = await op(ctx.conn, cctx, args)
-        except GatewayError as exc:
-            if exc.http_status >= 500:
-                raise
-            out = Outcome(exc.http_status, exc.to_body())
+        out = await _run(op, ctx.conn, cctx, args)
         entity = args.get("id") or (out.body.get("id") if isinstance(out.body, dict) else None) or "-"
         ctx.set_entity(entity_type, str(entity))
+        fallback = ctx.otherwise
+        if fallback is not None:  # a deferred guarded last write: its fallback answers an Outcome
+            ctx.otherwise = lambda: _answer(fallback, str(entity))
         return result_of(out, read=read, entity=str(entity))
 
     return handler
+
+
+async def _run(op: Callable[..., Awaitable[Outcome]], *args: Any) -> Outcome:
+    try:
+        # no savepoint: operations raise 4xx only before their first write (service.py contract)
+        return await op(*args)
+    except GatewayError as exc:
+        if exc.http_status >= 500:
+            raise
+        return Outcome(exc.http_status, exc.to_body())
+
+
+async def _answer(fallback: Callable[[], Awaitable[Any]], entity: str) -> dict[str, Any]:
+    """The handler's result from an operation's write_last ``otherwise`` (an Outcome)."""
+    return result_of(await _run(fallback), read=False, entity=entity)
 
 
 def provide(registry: Registry, *, daily_completes: int | None = None) -> None:

@@ -6,7 +6,7 @@ idempotency record and the cap count commit together or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -47,27 +47,56 @@ class VerbContext:
     transaction_id: str | None = None
     # set by the dispatcher when a closing statement of its own follows the handler
     defer_last_write: bool = field(default=False, repr=False)
-    last_write: tuple[str, tuple[Any, ...]] | None = field(default=None, repr=False)
+    last_write: tuple[str, tuple[Any, ...], str] | None = field(default=None, repr=False)
+    # write_last(..., otherwise=): what the handler answers when its deferred, guarded write wrote nothing
+    otherwise: Callable[[], Awaitable[Mapping[str, Any]]] | None = field(default=None, repr=False)
 
-    async def write_last(self, sql: str, *args: Any) -> None:
+    async def write_last(
+        self,
+        sql: str,
+        *args: Any,
+        ctes: str = "",
+        otherwise: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
+    ) -> bool | None:
         """Run ``sql`` as this handler's last statement: one data-modifying statement whose result
-        the handler does not read (``$n`` parameters, no other ``$``). Where the dispatcher closes
-        the execution with a statement of its own (a write with its audit row and idempotency
-        record), the write goes out inside that statement, saving a round trip; it commits or
-        fails with everything else all the same. Elsewhere, or for a second call, it runs at once.
-        The handler must send nothing after it."""
+        the handler does not read (``$n`` parameters, no other ``$``, no RETURNING), optionally
+        preceded by ``ctes`` (``name AS (...), ...``: data-modifying WITH items sharing its
+        parameters, none named ``w``, ``a`` or ``f``). Where the dispatcher closes the execution
+        with a statement of its own (a write with its audit row and idempotency record), the write
+        goes out inside that statement, saving a round trip; it commits or fails with everything
+        else all the same. Elsewhere, or for a second call, it runs at once. The handler must send
+        nothing after it.
+
+        ``otherwise`` makes the write guarded: when ``sql`` writes no row, the writer must have
+        written nothing at all (its ``ctes`` share the condition), and the handler's answer is that
+        of ``otherwise()`` (an async callable returning the handler's result, run in the same
+        transaction; it may call write_last again, unguarded). Deferred, the closing statement then
+        writes no audit row nor idempotency record either, and the dispatcher awaits ``otherwise``
+        and closes again with its result. Returns: None when deferred; else whether ``sql`` wrote a
+        row (run at once, the handler itself answers a False: ``otherwise`` is not called)."""
         if self.last_write is not None or not self.defer_last_write:
             await self.flush_last_write()
             if not self.defer_last_write:
-                await self.conn.execute(sql, *args)
-                return
-        self.last_write = (sql, args)
+                if otherwise is None and not ctes:
+                    await self.conn.execute(sql, *args)
+                    return True
+                return await self.conn.fetchval(_at_once(sql, ctes), *args) is not None
+        self.last_write, self.otherwise = (sql, args, ctes), otherwise
+        return None
 
     async def flush_last_write(self) -> None:
-        """Run a deferred :meth:`write_last` now (the dispatcher's paths without a closing statement)."""
+        """Run a deferred :meth:`write_last` now (the dispatcher's paths without a closing statement).
+
+        Raises RuntimeError when a guarded write (``otherwise``) wrote nothing: its fallback needs
+        the closing statement (a guarded write must be the handler's last)."""
         pending, self.last_write = self.last_write, None
+        otherwise, self.otherwise = self.otherwise, None
         if pending is not None:
-            await self.conn.execute(pending[0], *pending[1])
+            sql, args, ctes = pending
+            if otherwise is None and not ctes:
+                await self.conn.execute(sql, *args)
+            elif await self.conn.fetchval(_at_once(sql, ctes), *args) is None and otherwise is not None:
+                raise RuntimeError("a guarded write_last wrote nothing and was not the handler's last")
 
     def set_revert(self, handle: str, data: dict[str, Any]) -> None:
         """Record how to undo this write: an opaque handle and the data the revert handler needs
@@ -99,6 +128,11 @@ class VerbContext:
         Raises VerbError (the whole transaction then rolls back).
         """
         return await self.dispatcher.run_child(self, verb, args)
+
+
+def _at_once(sql: str, ctes: str) -> str:
+    """A deferred write as a statement of its own, returning a row when ``sql`` wrote one."""
+    return ("WITH " + ctes + " " if ctes else "") + sql + " RETURNING 1"
 
 
 @dataclass

@@ -251,40 +251,49 @@ class Dispatcher:
                 await self._count(conn, principal, company, verb, decision.cap_class, args, now)  # else no-op
             ctx = VerbContext(conn, args, principal, company, now, verb, self, defer_last_write=key is not None)
             result = dict(await verb.handler(ctx))
-            entry = self._entry(principal, company, call, verb, decision, "allowed", "completed", now)
-            entry["elapsed_us"] = int((time.perf_counter() - t0) * 1e6)
-            entry["entity"] = ctx.entity
-            if key is not None:
-                revert = verb.policy.revert
-                entry["idempotency_key"] = key
-                entry["reversible"] = revert is not None
-                entry["rollback_handle"] = ctx.rollback_handle or (f"{verb.name}:{key}" if revert else None)
-                entry["revert_data"] = ctx.revert_data
-                entry["children"] = ctx.children or None
-                entry["transaction_id"] = ctx.transaction_id
-            if key is None:
-                await ctx.flush_last_write()
-                audit_id, _ = await audit.append(conn, company.id, entry)
-                return self._success(verb, result, audit_id, key, entry, now)
-            # audit row and stored envelope in one last statement: the chain head is locked only
-            # from there to COMMIT (it serialises the company's writes)
-            env = self._success(verb, result, 0, key, entry, now, validate=False)
-            # result.audit_id is this row's, except a revert's that names the reverted action
-            patch = verb.shape != "revert" or "audit_id" not in result
-            audit_id, _ = await store.append_and_finish_key(
-                conn,
-                company.id,
-                entry,
-                principal=principal.key,
-                verb=verb.name,
-                key=key,
-                digest=decision.digest,
-                now=now,
-                ttl_seconds=self.settings.verbs_idempotency_ttl,
-                envelope=env,
-                result_audit_id=patch,
-                write=ctx.last_write,  # the handler's last write, in this same statement
-            )
+            while True:  # twice when a guarded last write wrote nothing (write_last otherwise=)
+                entry = self._entry(principal, company, call, verb, decision, "allowed", "completed", now)
+                entry["elapsed_us"] = int((time.perf_counter() - t0) * 1e6)
+                entry["entity"] = ctx.entity
+                if key is not None:
+                    revert = verb.policy.revert
+                    entry["idempotency_key"] = key
+                    entry["reversible"] = revert is not None
+                    entry["rollback_handle"] = ctx.rollback_handle or (f"{verb.name}:{key}" if revert else None)
+                    entry["revert_data"] = ctx.revert_data
+                    entry["children"] = ctx.children or None
+                    entry["transaction_id"] = ctx.transaction_id
+                if key is None:
+                    await ctx.flush_last_write()
+                    audit_id, _ = await audit.append(conn, company.id, entry)
+                    return self._success(verb, result, audit_id, key, entry, now)
+                # audit row and stored envelope in one last statement: the chain head is locked only
+                # from there to COMMIT (it serialises the company's writes)
+                env = self._success(verb, result, 0, key, entry, now, validate=False)
+                # result.audit_id is this row's, except a revert's that names the reverted action
+                patch = verb.shape != "revert" or "audit_id" not in result
+                got = await store.append_and_finish_key(
+                    conn,
+                    company.id,
+                    entry,
+                    principal=principal.key,
+                    verb=verb.name,
+                    key=key,
+                    digest=decision.digest,
+                    now=now,
+                    ttl_seconds=self.settings.verbs_idempotency_ttl,
+                    envelope=env,
+                    result_audit_id=patch,
+                    write=ctx.last_write,  # the handler's last write, in this same statement
+                    guarded=ctx.otherwise is not None,
+                )
+                if got is not None:
+                    break
+                # nothing of it was written: the handler's answer for that case, closed the same way
+                otherwise, ctx.last_write, ctx.otherwise = ctx.otherwise, None, None
+                assert otherwise is not None
+                result = dict(await otherwise())
+            audit_id = got[0]
             env["audit_id"] = audit_id
             if patch:
                 env["result"]["audit_id"] = audit_id

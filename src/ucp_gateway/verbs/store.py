@@ -105,8 +105,9 @@ async def append_and_finish_key(
     ttl_seconds: int,
     envelope: dict[str, Any],
     result_audit_id: bool,
-    write: tuple[str, tuple[Any, ...]] | None = None,
-) -> tuple[int, int]:
+    write: tuple[str, tuple[Any, ...], str] | None = None,
+    guarded: bool = False,
+) -> tuple[int, int] | None:
     """Append ``entry`` to the company's audit chain and write the idempotency record of the key
     claimed with :func:`claim_sql`, in one statement (the caller's transaction; meant as its last
     statement before COMMIT, so the chain head's row lock is held for this statement and the commit
@@ -116,19 +117,24 @@ async def append_and_finish_key(
     written into its ``audit_id`` and, when ``result_audit_id``, into ``result.audit_id`` (the
     caller patches its own copy the same way), and lives ``ttl_seconds`` from ``now``. An expired
     record under the key is replaced; a live one is not (RuntimeError: the claim lock rules it out).
-    ``entry`` as for :func:`audit.append`. ``write``: the handler's last statement ``(sql, args)``
-    (:meth:`VerbContext.write_last`), run as part of this one. Returns ``(audit_id, seq)``.
+    ``entry`` as for :func:`audit.append`. ``write``: the handler's last statement ``(sql, args,
+    ctes)`` (:meth:`VerbContext.write_last`), run as part of this one. ``guarded``: when ``sql``
+    writes no row, neither the audit row nor the record is written (and the handler's ``ctes``
+    wrote nothing either, by their own condition): the caller then closes again.
+    Returns ``(audit_id, seq)``; None when a guarded write wrote nothing.
     """
     args = append_args(company_id, entry)
     head, extra = "", ()
     if write is not None:
-        head, extra = "WITH w AS (" + _shift_params(write[0], 14) + " RETURNING 1),", write[1]
+        ctes = _shift_params(write[2], 14, ctes=True) + ", " if write[2] else ""
+        head, extra = "WITH " + ctes + "w AS (" + _shift_params(write[0], 14) + " RETURNING 1),", write[1]
     row = await conn.fetchrow(
         # the entry travels once, as the canonical text the chain hashes ($7), stored as its jsonb
         (head or "WITH") + " a AS (SELECT audit_id, seq FROM"
         "  verb_audit_append($1, $2::timestamptz, $3, $4, $5, $6, $7::text::jsonb, $7::text)"
         # a one-time filter: the handler's write runs to completion before the append locks the head
-        + (" WHERE (SELECT count(*) FROM w) >= 0" if head else "")
+        # (guarded: the append, and so the record, only when the write wrote a row)
+        + ((" WHERE (SELECT count(*) FROM w) " + ("> 0" if guarded else ">= 0")) if head else "")
         + "), f AS (INSERT INTO verb_idempotency AS i (company_id, principal, verb, key, args_digest, envelope,"
         "   audit_id, created_at, expires_at)"
         "  SELECT $1, $8, $9, $10, $12, array_to_string($11::text[], a.audit_id::text)::json, a.audit_id, $13, $14"
@@ -147,6 +153,8 @@ async def append_and_finish_key(
         now + timedelta(seconds=ttl_seconds),
         *extra,
     )
+    if row is None and guarded and write is not None:
+        return None
     if row["finished"] != 1:  # the key is locked by this transaction's claim: anything else is a bug
         raise RuntimeError(f"idempotency record for {verb} is live: the claim did not hold")
     return int(row["audit_id"]), int(row["seq"])
@@ -155,11 +163,17 @@ async def append_and_finish_key(
 _PARAM = re.compile(r"\$(\d+)")
 
 
+_OWN_NAMES = re.compile(r"(?:^|,)\s*(?:w|a|f)\s+AS\s*\(", re.I)
+
+
 @functools.lru_cache(maxsize=64)
-def _shift_params(sql: str, by: int) -> str:
-    """``sql`` with ``$n`` renumbered ``$(n+by)``; refuses any other ``$`` (dollar quotes)."""
-    if sql.count("$") != len(_PARAM.findall(sql)) or re.search(r"\bRETURNING\b", sql, re.I):
+def _shift_params(sql: str, by: int, *, ctes: bool = False) -> str:
+    """``sql`` with ``$n`` renumbered ``$(n+by)``; refuses any other ``$`` (dollar quotes), and a
+    RETURNING in a statement (``ctes``: WITH items, which may return, none named w, a or f)."""
+    if sql.count("$") != len(_PARAM.findall(sql)) or (not ctes and re.search(r"\bRETURNING\b", sql, re.I)):
         raise ValueError("a deferred write may hold $n parameters only, and no RETURNING")
+    if ctes and _OWN_NAMES.search(sql):
+        raise ValueError("a deferred write's WITH items may not be named w, a or f")
     return _PARAM.sub(lambda m: f"${int(m.group(1)) + by}", sql)
 
 
