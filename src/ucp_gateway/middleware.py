@@ -190,6 +190,20 @@ _EXPECT = hdrs.EXPECT
 _HOST = hdrs.HOST
 
 
+def _authority(target: str) -> str:
+    """The lower-cased authority of an absolute-form request target (``http://Shop.Example:8080/x``
+    -> ``shop.example:8080``); ``""`` for any other form (``*``, garbage)."""
+    scheme, sep, rest = target.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return ""
+    end = len(rest)
+    for c in "/?#":
+        i = rest.find(c)
+        if 0 <= i < end:
+            end = i
+    return rest[:end].lower()
+
+
 def foundation_middleware(state: Foundation) -> Middleware:
     """The foundation layer for one app (``create_app`` installs ``foundation_middleware(state)``):
     request id + access log, the error mapper and tenancy, in one aiohttp middleware.
@@ -251,6 +265,8 @@ def foundation_middleware(state: Foundation) -> Middleware:
             if method not in public.methods and request.raw_path == path:
                 public.methods.add(method)  # the router sends this exact target here: the front path may answer it
             host = request.headers.get(_HOST)  # request.host when given; None is refused on the full path
+            if host is not None and request.raw_path[:1] != "/":
+                host = None  # an absolute-form target: the full path checks it against Host
             if host is not None and host_cache.cached(host) is not _MISS:  # a miss: the full path resolves it
                 try:
                     response = public.answer(request, host)
@@ -276,6 +292,11 @@ def foundation_middleware(state: Foundation) -> Middleware:
                     host = request.headers.get(_HOST)
                     if host is None:  # HTTP/1.0 (aiohttp refuses HTTP/1.1 without Host): no tenant to serve
                         raise BadRequest("the request has no Host header")
+                    if request.raw_path[:1] != "/" and _authority(request.raw_path) != host.lower():
+                        # absolute-form (RFC 9112 §3.2.2): aiohttp's request.host, which the handlers
+                        # use, is then the target's host; the tenant is chosen by Host here, so the two
+                        # must name one host (else one company's documents under another's host)
+                        raise BadRequest("the request target's authority does not match the Host header")
                     company = host_cache.cached(host)  # a hit costs no coroutine
                     if company is _MISS:
                         company = await host_cache.resolve(request.app[DATABASE].pool, host)

@@ -261,3 +261,31 @@ async def test_requests_without_one_host_are_400_and_logged_as_json_lines(databa
     assert [(x["level"], x["logger"], x["status"]) for x in bad] == [("warning", "aiohttp.server", 400)] * 3, lines
     assert ["Host" in bad[0]["reason"], "Host" in bad[1]["reason"], "Content-Length" in bad[2]["reason"]] == [True] * 3
     assert all(x["remote"] == "127.0.0.1" and "exception" not in x and "exc_info" not in x for x in bad)
+
+
+async def test_absolute_form_target_must_name_the_host_header(shop, database, db_settings) -> None:
+    """Regression (newcomer): for an absolute-form target (RFC 9112 §3.2.2) aiohttp's ``request.host``
+    is the target's host while the tenant was chosen by the Host header, so ``GET http://b/...`` with
+    ``Host: a`` rendered a's profile with b's URLs and cached it as b's profile (a's keys under b's
+    host, for every later client of b). A target whose authority is not the Host is now a 400."""
+    await create_company(database.pool, slug="other", display_name="Other", hostnames=["other.test"])
+    async with _serving(db_settings, front=True) as (port, _, _):
+        before = await _raw(port, _req(host="other.test"))
+        assert before[0].startswith(b"HTTP/1.1 200") and b"other.test" in before[1] and b"shop.test" not in before[1]
+        for target, host in (
+            ("http://other.test/.well-known/ucp", "shop.test"),
+            ("http://shop.test/.well-known/ucp", "other.test"),
+            ("http://shop.test:8080/.well-known/ucp", "shop.test"),
+            ("https://user@shop.test/.well-known/ucp", "shop.test"),
+        ):
+            head, body = await _raw(port, _req(target=target, host=host))
+            assert head.startswith(b"HTTP/1.1 400"), (target, host, head)
+            assert json.loads(body) == {
+                "code": "invalid_request",
+                "content": "the request target's authority does not match the Host header",
+            }
+        after = await _raw(port, _req(host="other.test"))
+        assert after[1] == before[1]  # other.test's profile is still its own
+        # the target naming the Host (any case) is served as the origin-form request is
+        head, body = await _raw(port, _req(target="http://Other.Test/.well-known/ucp", host="other.test"))
+        assert head.startswith(b"HTTP/1.1 200") and body == before[1]
