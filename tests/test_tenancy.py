@@ -104,6 +104,38 @@ async def test_a_port_or_a_colon_that_is_no_ipv6_is_a_clear_bad_request(database
     assert e.value.message == says
 
 
+@pytest.mark.parametrize(
+    "host",
+    [
+        "a..b",
+        "a.-b.example",
+        "b-.example",
+        "-lead.example",
+        "1.2.3",
+        "999.1.1.1",
+        "2130706433",
+        "0x7f.0.0.1",
+        "127.000.000.001",
+        "shop.123",
+        "x" * 64 + ".example",
+        "::",
+    ],
+)
+async def test_malformed_names_and_other_spellings_of_an_address_are_refused(database, host):
+    """Regression (newcomer): empty or hyphen-edged labels, an all-digit last label that is no
+    dotted-quad IPv4, other spellings of an IPv4 address (one address, one host) and ``::`` were bound."""
+    with pytest.raises(BadRequest) as e:
+        await create_company(database.pool, slug="ok", display_name="Ok", hostnames=[host])
+    assert e.value.message.startswith(f"invalid hostname {host!r}")
+    assert await list_companies(database.pool) == []
+
+
+async def test_ordinary_names_and_dotted_quads_are_bound(database):
+    hosts = ["localhost", "shop-1.example", "xn--bcher-kva.example", "10.0.0.7", "a" * 63 + ".example"]
+    company = await create_company(database.pool, slug="ok", display_name="Ok", hostnames=hosts)
+    assert set(company.hostnames) == set(hosts)
+
+
 async def test_ipv6_hostnames_are_stored_compressed_and_resolve_from_any_spelling(database):
     c = await create_company(
         database.pool, slug="v6", display_name="V6", hostnames=["::1", "0:0:0:0:0:0:0:1", "[2001:DB8:0:0::A]"]

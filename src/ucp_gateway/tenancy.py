@@ -232,6 +232,24 @@ def _validate(slug: str, display_name: str, tier: str, signature_policy: str, ho
     return sorted({_hostname(h) for h in hostnames})
 
 
+_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _dns_name_or_ipv4(h: str) -> bool:
+    """``h`` (lower-case, no trailing dot) is a DNS name of LDH labels (RFC 1123 §2.1: 1-63 characters,
+    no leading or trailing hyphen, no empty label) whose last label is not all digits, or an IPv4
+    address in dotted-quad form (``ipaddress``: four decimal parts, no leading zeros), so that one
+    address has one spelling (``127.000.000.001``, ``2130706433`` and ``0x7f.0.0.1`` are refused)."""
+    labels = h.split(".")
+    if labels[-1].isdigit():
+        try:
+            ipaddress.IPv4Address(h)
+        except ValueError:
+            return False
+        return True
+    return all(_LABEL.match(label) for label in labels)
+
+
 def _hostname(raw: str) -> str:
     """A hostname to bind as stored: a lower-case host name or IPv4 address without a trailing dot,
     or an IPv6 literal (bracketed or not) in its compressed form, unbracketed. Raises BadRequest for
@@ -242,7 +260,7 @@ def _hostname(raw: str) -> str:
         h = h[1:-1]
     if ":" not in h and not bracketed:
         h = h.rstrip(".")
-        if _HOST.match(h):
+        if _HOST.match(h) and _dns_name_or_ipv4(h):
             return h
         raise BadRequest(f"invalid hostname {raw!r}")
     if not bracketed and (_HOST_PORT.match(h) or (h.startswith("[") and "]:" in h)):
@@ -251,9 +269,9 @@ def _hostname(raw: str) -> str:
         ip = ipaddress.IPv6Address(h)
     except ValueError:
         raise BadRequest(f"invalid hostname {raw!r}: neither a host name nor an IPv6 address") from None
-    if ip.scope_id is not None or ip.ipv4_mapped is not None:
+    if ip.scope_id is not None or ip.ipv4_mapped is not None or ip.is_unspecified:
         # a zone is local to one machine; an IPv4-mapped address is the IPv4 host (bind that)
-        raise BadRequest(f"invalid hostname {raw!r}: an IPv6 address without a zone and not IPv4-mapped")
+        raise BadRequest(f"invalid hostname {raw!r}: an IPv6 address without a zone, not IPv4-mapped nor ::")
     return ip.compressed
 
 
