@@ -46,7 +46,7 @@ from multidict import istr
 from .appkeys import DATABASE, REQ_COMPANY, REQ_REQUEST_ID
 from .errors import BadRequest, GatewayError
 from .logs import REQUEST_ID_VAR
-from .tenancy import HostCache
+from .tenancy import HostCache, valid_host_header
 
 __all__ = [
     "ACCESS_LOG",
@@ -299,6 +299,10 @@ def foundation_middleware(state: Foundation) -> Middleware:
                         raise BadRequest("the request target's authority does not match the Host header")
                     company = host_cache.cached(host)  # a hit costs no coroutine
                     if company is _MISS:
+                        # only a plain host[:port] is resolved (and so cached): tenancy and aiohttp's
+                        # request.host then read it alike (``a:x@b`` was company a to tenancy, b to yarl)
+                        if not valid_host_header(host):
+                            raise BadRequest("invalid Host header")
                         company = await host_cache.resolve(request.app[DATABASE].pool, host)
                     request[REQ_COMPANY] = company  # type: ignore[assignment]
                 response = None

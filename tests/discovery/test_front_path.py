@@ -289,3 +289,25 @@ async def test_absolute_form_target_must_name_the_host_header(shop, database, db
         # the target naming the Host (any case) is served as the origin-form request is
         head, body = await _raw(port, _req(target="http://Other.Test/.well-known/ucp", host="other.test"))
         assert head.startswith(b"HTTP/1.1 200") and body == before[1]
+
+
+async def test_a_host_with_a_user_part_is_refused_and_poisons_nothing(shop, database, db_settings) -> None:
+    """Regression (security tester): ``Host: a:x@b`` with the same absolute-form target passed the
+    authority check, and tenancy read it as host ``a`` (one colon: a port) while aiohttp's
+    ``request.host`` was ``b``: a's profile and keys were cached and served as b's. Only a plain
+    ``host[:port]`` Host is resolved now; anything else is a 400, in either request form."""
+    await create_company(database.pool, slug="other", display_name="Other", hostnames=["other.test"])
+    settings = db_settings.model_copy(update={"profile_render_ttl": 0.0})  # every answer re-renders after it
+    async with _serving(settings, front=True) as (port, _, _):
+        before = {h: await _raw(port, _req(host=h)) for h in ("shop.test", "other.test")}
+        for h, doc in before.items():
+            assert doc[0].startswith(b"HTTP/1.1 200") and h.encode() in doc[1]
+        for authority in ("other.test:x@shop.test", "shop.test:1@other.test", "x@other.test", ":@shop.test"):
+            for target in (f"http://{authority}/.well-known/ucp", PATH):
+                head, body = await _raw(port, _req(target=target, host=authority))
+                assert head.startswith(b"HTTP/1.1 400"), (target, head)
+                assert json.loads(body)["code"] == "invalid_request"
+        for _ in range(3):  # stale answers re-render: a poisoned entry would show within two asks
+            for h, doc in before.items():
+                assert (await _raw(port, _req(host=h)))[1] == doc[1], h
+            await asyncio.sleep(0.05)
