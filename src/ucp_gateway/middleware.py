@@ -264,7 +264,7 @@ def foundation_middleware(state: Foundation) -> Middleware:
             method = request.method
             if method not in public.methods and request.raw_path == path:
                 public.methods.add(method)  # the router sends this exact target here: the front path may answer it
-            host = request.headers.get(_HOST)  # request.host when given; None is refused on the full path
+            host = request.headers.get(_HOST)  # None: refused on the full path
             if host is not None and request.raw_path[:1] != "/":
                 host = None  # an absolute-form target: the full path checks it against Host
             if host is not None and host_cache.cached(host) is not _MISS:  # a miss: the full path resolves it
@@ -382,7 +382,7 @@ def front_handler(state: Foundation, handle: RawHandler) -> RawHandler:
         headers = request.headers
         if _EXPECT in headers or path in wrappers:  # aiohttp answers Expect before routing; a wrapper runs around
             return handle(request)
-        host = headers.get(_HOST)  # request.host when given; without one, the foundation layer answers (400)
+        host = headers.get(_HOST)  # without one, the foundation layer answers (400)
         if host is None or host_cache.cached(host) is _MISS:
             return handle(request)
         start = time.perf_counter() if log_on else 0.0

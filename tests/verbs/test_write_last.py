@@ -16,6 +16,23 @@ from ucp_gateway.verbs.store import _shift_params
 INSERT = "INSERT INTO products (company_id, id, title, price) VALUES ($1, $2, 'x', $3)"
 
 
+def _register(reg: Registry, name: str, handler) -> Registry:
+    """``reg`` with a buyer write verb ``name`` (receipt shape, no consent) run by ``handler``."""
+    reg.register(
+        {
+            "name": name,
+            "description": "x",
+            "shape": "receipt",
+            "side_effects": "write",
+            "surfaces": ["ucp"],
+            "input_schema": {"type": "object"},
+        },
+        VerbPolicy(RiskClass.WRITE_REVERSIBLE, consent=Consent.NONE, principals=frozenset({"buyer"})),
+        handler,
+    )
+    return reg
+
+
 def _registry(seen: list) -> Registry:
     reg = Registry()
 
@@ -26,19 +43,7 @@ def _registry(seen: list) -> Registry:
         seen.append(ctx.last_write is not None)  # deferred: not yet sent
         return {"added": len(ctx.args["ids"])}
 
-    reg.register(
-        {
-            "name": "x.add_products",
-            "description": "x",
-            "shape": "receipt",
-            "side_effects": "write",
-            "surfaces": ["ucp"],
-            "input_schema": {"type": "object"},
-        },
-        VerbPolicy(RiskClass.WRITE_REVERSIBLE, consent=Consent.NONE, principals=frozenset({"buyer"})),
-        add,
-    )
-    return reg
+    return _register(reg, "x.add_products", add)
 
 
 async def _products(db, company) -> list[str]:
@@ -122,19 +127,7 @@ def _guarded_registry(calls: list, conns: list) -> Registry:
             return {"added": 0}
         return {"added": 2}
 
-    reg.register(
-        {
-            "name": "x.add_pair",
-            "description": "x",
-            "shape": "receipt",
-            "side_effects": "write",
-            "surfaces": ["ucp"],
-            "input_schema": {"type": "object"},
-        },
-        VerbPolicy(RiskClass.WRITE_REVERSIBLE, consent=Consent.NONE, principals=frozenset({"buyer"})),
-        add_pair,
-    )
-    return reg
+    return _register(reg, "x.add_pair", add_pair)
 
 
 async def _audit_rows(db, company) -> list:
