@@ -239,7 +239,12 @@ def test_sigterm_under_load_answers_or_refuses_every_connection(tmp_path):
             proc.kill()
             proc.wait(timeout=10)
     outcomes = [o for out, _ in loops for o in out]
-    assert set(outcomes) == {200, "refused"}, {o: outcomes.count(o) for o in set(outcomes)}
+    counts = {o: outcomes.count(o) for o in set(outcomes)}
+    # at most one reset: a handshake completing in the microseconds between the last process's
+    # final accept and its close (docs/architecture.md, "Left"); once in ~1,250 connections in CI.
+    # The bug reset one connection per client loop (4 here); any other error fails at once
+    assert {200, "refused"} <= set(outcomes) <= {200, "refused", "ConnectionResetError"}, counts
+    assert counts.get("ConnectionResetError", 0) <= 1, counts
     assert all(out[-1] == "refused" and 200 in out for out, _ in loops)
     assert proc.returncode == 0 and took < 10.0, (proc.returncode, took)  # shutdown_timeout: 10 s
     events = _events(log)
