@@ -552,8 +552,8 @@ async def main() -> None:
         env["BENCH_PROFILE_DIR"] = os.path.abspath(args.profile)
     try:
         await _prepare(dsn, ring, tmp / "keys", bool(args.log_sql))
-        if not args.cold_wal:  # ~30 kB of WAL per signed flow, up to ~250 flows/s, two runs per mode
-            wal = 30e3 * 250 * (args.warmup + args.seconds) * 2 * len(modes) * args.workers
+        if not args.cold_wal:  # ~30 kB of WAL per signed flow, this machine's ~250 flows/s at most, two runs per mode
+            wal = 30e3 * 250 * (args.warmup + args.seconds) * 2 * len(modes)
             await _warm_wal(dsn, 2 + int(wal // (16 << 20)))
         pport = _free_port()
         buyers = [Buyer(i, f"http://127.0.0.1:{pport}", PRODUCTS[i % args.items]) for i in range(args.buyers)]

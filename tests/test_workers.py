@@ -210,7 +210,8 @@ def test_sigterm_under_load_answers_or_refuses_every_connection(tmp_path):
     """Regression (newcomer): on SIGTERM the supervisor kept its copy of the listening socket open
     about a second after the workers stopped accepting; what queued meanwhile was reset when it
     closed (one ConnectionResetError per client loop). Now every request gets its whole answer or
-    "connection refused", as with one process, and every process exits 0 within the grace."""
+    "connection refused", as with one process, but for at most one reset (a handshake completing
+    between the last accept and the close), and every process exits 0 within the grace."""
     import threading
 
     data_dir = (tmp_path / "gw").resolve()
