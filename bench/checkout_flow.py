@@ -27,7 +27,7 @@ segments that its checkpoints recycled, with no such stall. The bench creates th
 runs will need and checkpoints, so they are recycled ones; ``--cold-wal`` skips this to show the
 fresh-cluster figures.
 
-Each configuration is measured twice (``--seconds`` after ``--warmup``):
+Each configuration is measured under two loads (``--seconds`` after ``--warmup``, in each round):
 
   (a) saturation: every buyer sends its next request as soon as the previous answer arrives (no
       think time). Gives the throughput: the >= 100 signed flows/s target and the cost of
@@ -40,13 +40,21 @@ Why two runs: with N closed-loop buyers and no think time, Little's law makes th
 N / (request rate), so p99 < 50 ms at 32 buyers would need > 640 requests/s; real buyer agents
 (LLM agents) think between calls, so latency is judged at the offered target load instead.
 
-Printed per run: flows/s, per-request p50/p99 (ms), CPU ms per flow of the gateway process,
-PostgreSQL (postmaster and backends) and the load generator (this process), and with ``--waits``
-the mean number of gateway backends per wait event (row locks name the waiting statement).
-On a shared machine prefer the CPU figures; repeat wall-clock figures.
+Rounds (``--rounds``, 2): every configuration's gateway runs from the start, and each round runs
+(a) and (b) of every configuration in turn, in ABBA order (signed, plain | plain, signed | ...).
+This VM's speed drifts by up to a factor of two within minutes (CPU ms per flow of the same code),
+more than the difference being measured; one configuration measured after the other compared two
+machines. Interleaved rounds give both configurations the same mix of fast and slow phases and
+table sizes. Each printed figure pools that configuration's runs of every round; the cost is also
+printed per round, so its spread is visible.
+
+Printed per configuration and load: flows/s, per-request p50/p99 (ms), CPU ms per flow of the
+gateway process, PostgreSQL (postmaster and backends) and the load generator (this process), and
+with ``--waits`` the mean number of gateway backends per wait event (row locks name the waiting
+statement). On a shared machine prefer the CPU figures; repeat wall-clock figures.
 
 Usage: python bench/checkout_flow.py [--buyers 32] [--items 1] [--seconds 10] [--warmup 3] [--rate 100]
-       [--workers 1] [--waits] [--profile DIR] [--log-sql FILE] [--modes signed,plain] [--cold-wal]
+       [--rounds 2] [--workers 1] [--waits] [--profile DIR] [--log-sql FILE] [--modes signed,plain] [--cold-wal]
        (--workers N: N gateway processes on the port, bound with SO_REUSEPORT so that each is this
        script's own child; ``serve --workers N`` shares one socket instead; BENCH_POOL_MAX sets each
        one's pool size instead of the default)
@@ -394,18 +402,37 @@ async def _load(
     waits = await _sample_waits(waits_dsn, seconds) if waits_dsn else await asyncio.sleep(seconds)
     cpu1 = [_cpu_seconds(p) for p in cpu_pids] + [time.process_time()]
     await asyncio.gather(*tasks)
-    lat.sort()
-    done = max(flows, 1)
     return {
-        "flows_s": flows / seconds,
+        "seconds": seconds,
+        "flows": flows,
+        "lat": lat,
+        "errors": errors,
+        "cpu": [b - a for a, b in zip(cpu0, cpu1, strict=True)],  # gateway, postgres, buyers (s)
+        "waits": waits or {},
+    }
+
+
+def _summary(runs: list[dict]) -> dict:
+    """Pool the slices of one (mode, phase) from every round: flows/s over their measured seconds,
+    p50/p99 over all their latencies, CPU ms per flow from their summed CPU seconds."""
+    seconds = sum(r["seconds"] for r in runs)
+    lat = sorted(x for r in runs for x in r["lat"])
+    done = max(sum(r["flows"] for r in runs), 1)
+    cpu = [sum(r["cpu"][i] for r in runs) for i in range(3)]
+    waits: dict[str, float] = {}
+    for r in runs:
+        for k, v in r["waits"].items():
+            waits[k] = waits.get(k, 0.0) + v / len(runs)
+    return {
+        "flows_s": sum(r["flows"] for r in runs) / seconds,
         "p50_ms": 1000 * statistics.median(lat) if lat else float("nan"),
         "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else float("nan"),
         "requests": len(lat),
-        "errors": errors,
-        "cpu_gw_ms": 1000 * (cpu1[0] - cpu0[0]) / done,
-        "cpu_pg_ms": 1000 * (cpu1[1] - cpu0[1]) / done,
-        "cpu_client_ms": 1000 * (cpu1[2] - cpu0[2]) / done,
-        "waits": waits,
+        "errors": sum(r["errors"] for r in runs),
+        "cpu_gw_ms": 1000 * cpu[0] / done,
+        "cpu_pg_ms": 1000 * cpu[1] / done,
+        "cpu_client_ms": 1000 * cpu[2] / done,
+        "waits": dict(sorted(waits.items(), key=lambda kv: -kv[1])),
     }
 
 
@@ -521,6 +548,12 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=1, help="gateway processes on the port (serve --workers N)")
     ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds of interleaved runs (ABBA order); each figure pools its runs of every round",
+    )
     ap.add_argument("--rate", type=float, default=100.0, help="offered flows/s of the think-time run (b)")
     ap.add_argument("--profile", metavar="DIR", help="cProfile each gateway process into DIR/gateway-<mode>.prof")
     ap.add_argument("--waits", action="store_true", help="sample PostgreSQL wait events during each run")
@@ -552,34 +585,41 @@ async def main() -> None:
         env["BENCH_PROFILE_DIR"] = os.path.abspath(args.profile)
     try:
         await _prepare(dsn, ring, tmp / "keys", bool(args.log_sql))
-        if not args.cold_wal:  # ~30 kB of WAL per signed flow, this machine's ~250 flows/s at most, two runs per mode
-            wal = 30e3 * 250 * (args.warmup + args.seconds) * 2 * len(modes)
+        if not args.cold_wal:  # ~30 kB of WAL per signed flow, at most ~320 flows/s here, 2 runs per mode and round
+            wal = 30e3 * 320 * (args.warmup + args.seconds) * 2 * len(modes) * args.rounds
             await _warm_wal(dsn, 2 + int(wal // (16 << 20)))
         pport = _free_port()
         buyers = [Buyer(i, f"http://127.0.0.1:{pport}", PRODUCTS[i % args.items]) for i in range(args.buyers)]
         platform = await _platform(buyers, pport)
         pg_pid = int((tmp / "pg" / "pg" / "postmaster.pid").read_text().split()[0])
-        results: dict[tuple[str, str], dict] = {}
-        for mode in modes:
-            port = _free_port()
-            procs = _spawn(mode, port, env, args.workers)
-            try:
-                for phase, rate in (("saturation", None), ("target", args.rate)):
-                    results[mode, phase] = await _load(
-                        port,
-                        buyers,
-                        mode == "signed",
-                        args.seconds,
-                        args.warmup,
-                        rate=rate,
-                        cpu_pids=([p.pid for p in procs], [pg_pid]),
-                        waits_dsn=dsn if args.waits else None,
-                    )
-            finally:
-                for p in procs:
-                    p.send_signal(signal.SIGTERM)
-                for p in procs:
-                    p.wait(timeout=30)
+        runs: dict[tuple[str, str], list[dict]] = {(m, ph): [] for m in modes for ph in ("saturation", "target")}
+        ports = {m: _free_port() for m in modes}
+        gateways: dict[str, list[subprocess.Popen]] = {}
+        try:
+            for mode in modes:  # all configurations up at once: an idle one costs nothing
+                gateways[mode] = _spawn(mode, ports[mode], env, args.workers)
+            for rnd in range(args.rounds):
+                # interleaved, in ABBA order: this VM's speed drifts by more than what is compared
+                for mode in modes if rnd % 2 == 0 else modes[::-1]:
+                    for phase, rate in (("saturation", None), ("target", args.rate)):
+                        runs[mode, phase].append(
+                            await _load(
+                                ports[mode],
+                                buyers,
+                                mode == "signed",
+                                args.seconds,
+                                args.warmup,
+                                rate=rate,
+                                cpu_pids=([p.pid for p in gateways[mode]], [pg_pid]),
+                                waits_dsn=dsn if args.waits else None,
+                            )
+                        )
+        finally:
+            procs = [p for ps in gateways.values() for p in ps]
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                p.wait(timeout=30)
         await platform.cleanup()
         if args.log_sql:
             shutil.copy(tmp / "pg" / "pg" / "log", args.log_sql)
@@ -591,6 +631,7 @@ async def main() -> None:
         f"checkout flows (create -> update -> complete), {args.buyers} buyer agents, {args.seconds:.0f} s per run,"
         f" {args.items} product{'s' if args.items > 1 else ' (one hot inventory row)'}"
     )
+    results = {key: _summary(rs) for key, rs in runs.items()}
     names = {"signed": "signed + audited", "plain": "no signatures, no audit", "verbs": "unsigned, audited"}
     labels = [(m, names[m]) for m in modes]
     for phase, title in (
@@ -611,7 +652,12 @@ async def main() -> None:
     if "signed" in modes and "plain" in modes:
         sig, plain = results["signed", "saturation"]["flows_s"], results["plain", "saturation"]["flows_s"]
         cost = 1 - sig / plain if plain else float("nan")
-        print(f"cost of signatures + audit (saturation): {100 * cost:.1f} % of throughput")
+        per_round = [
+            1 - s["flows"] / p["flows"] if p["flows"] else float("nan")
+            for s, p in zip(runs["signed", "saturation"], runs["plain", "saturation"], strict=True)
+        ]
+        rounds = f" (by round: {', '.join(f'{100 * c:.1f}' for c in per_round)} %)" if len(per_round) > 1 else ""
+        print(f"cost of signatures + audit (saturation): {100 * cost:.1f} % of throughput{rounds}")
 
 
 if __name__ == "__main__":
