@@ -67,3 +67,22 @@ def test_cli_survives_a_closed_pipe(db_settings):
     cmd = f"{sys.executable} -m ucp_gateway.cli demo seed --json | true"
     p = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env, timeout=60)
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr
+
+
+async def test_a_fully_qualified_host_is_the_company_and_bracketed_garbage_is_refused(
+    aiohttp_client, database, db_settings
+):
+    """Regressions: ``Host: localhost.`` (a name with its root dot, the same host) got 400 although the
+    stored name drops the dot; ``Host: [:::::::]`` (no IPv6 address) was echoed into the platform
+    document's URLs."""
+    client = await _client(aiohttp_client, database, db_settings)
+    plain = await client.get("/.well-known/ucp", headers={"Host": "localhost"})
+    dotted = await client.get("/.well-known/ucp", headers={"Host": "localhost."})
+    assert dotted.status == 200, await dotted.text()
+    assert await dotted.json() == await plain.json()  # flower-shop's profile, published as localhost
+    r = await client.get("/ucp/v1/orders/x", headers={"Host": "localhost."})
+    assert r.status == 401 and (await r.json())["code"] == "signature_missing"  # the company's route
+    for garbage in ("[:::::::]", "[1.2.3.4]"):
+        r = await client.get("/.well-known/ucp", headers={"Host": garbage})
+        assert r.status == 400 and (await r.json())["code"] == "invalid_request", garbage
+        assert garbage not in await r.text()

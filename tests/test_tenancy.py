@@ -22,6 +22,7 @@ from ucp_gateway.tenancy import (
     normalize_host,
     public_origin,
     resolve_host,
+    valid_host_header,
 )
 
 
@@ -266,7 +267,34 @@ async def test_host_cache_concurrent_misses_share_one_lookup(database):
         ("http", "[::1]:8182", None, "http://[::1]:8182"),
         ("http", "[::1]", 8182, "http://[::1]:8182"),
         ("http", "::1", 8182, "http://[::1]:8182"),  # stored hostnames carry IPv6 unbracketed
+        ("https", "shop.example.", None, "https://shop.example"),  # a fully qualified name: the stored one
+        ("http", "shop.example.:8182", None, "http://shop.example:8182"),
     ],
 )
 def test_public_origin_keeps_non_default_ports(scheme, host, port, origin) -> None:
     assert public_origin(scheme, host, port) == origin
+
+
+@pytest.mark.parametrize(
+    ("host", "valid"),
+    [
+        ("shop.example", True),
+        ("shop.example.", True),  # regression: a fully qualified name got 400 (the stored name drops the dot)
+        ("shop.example.:8443", True),
+        ("localhost.", True),
+        ("[::1]", True),
+        ("[::1]:8182", True),
+        ("[2001:db8::a]", True),
+        ("[::ffff:1.2.3.4]", True),
+        ("[:::::::]", False),  # regression: any hex, colon and dot run was taken and echoed into URLs
+        ("[1.2.3.4]", False),  # an IPv4 address is never bracketed (RFC 3986 §3.2.2)
+        ("[::1", False),
+        ("shop.example..", False),
+        (".shop.example", False),
+        (".", False),
+        ("shop.example:0", False),
+        ("shop.example:65536", False),
+    ],
+)
+def test_valid_host_header(host, valid) -> None:
+    assert valid_host_header(host) is valid

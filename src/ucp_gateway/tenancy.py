@@ -83,15 +83,26 @@ class Company:
         }
 
 
-# Host as it may appear in the URLs we publish: reg-name or IPv4, or a bracketed IPv6, optional port.
-_HOST_HEADER = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$")
+# Host as it may appear in the URLs we publish: reg-name or IPv4 (a fully qualified name may end in
+# one dot), or a bracketed IPv6 (checked below), then an optional port.
+_HOST_HEADER = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\.?|\[([0-9A-Fa-f:.]{2,45})\])(?::\d{1,5})?$"
+)
 
 
 def valid_host_header(host: str) -> bool:
     """True for a plain ``host[:port]`` Host header value (RFC 9110 §7.2) with a port in 1-65535:
-    what may be echoed into published URLs (profiles, ``continue_url``, permalinks)."""
-    if not _HOST_HEADER.match(host):
+    what may be echoed into published URLs (profiles, ``continue_url``, permalinks). A bracketed
+    host must be an IPv6 address (RFC 3986 §3.2.2 IP-literal; ``[::1]``, not ``[1.2.3.4]`` or
+    ``[:::::::]``); a name may end in one dot (``shop.example.``, the same host: RFC 1034 §3.1)."""
+    m = _HOST_HEADER.match(host)
+    if m is None:
         return False
+    if m.group(1) is not None:
+        try:
+            ipaddress.IPv6Address(m.group(1))
+        except ValueError:
+            return False
     port = host.rsplit(":", 1)[1] if ":" in host and not host.endswith("]") else None
     return port is None or 0 < int(port) <= 65535
 
@@ -126,7 +137,8 @@ def public_origin(scheme: str, host: str, port: int | None = None) -> str:
     Args:
         scheme: ``https`` or ``http`` (``settings.public_scheme``).
         host: a Host header value (``shop.example:8443``, ``[::1]:8080``) or a stored hostname
-            (``shop.example``, ``::1``; an IPv6 literal is bracketed).
+            (``shop.example``, ``::1``; an IPv6 literal is bracketed). A name's trailing dot is
+            dropped (``shop.example.`` is published as ``shop.example``, the name it is stored as).
         port: the configured public port (``settings.public_port``); None keeps the port ``host``
             carries, if any.
     Returns: the origin without a trailing slash; the scheme's default port (80/443) is left out
@@ -143,6 +155,7 @@ def public_origin(scheme: str, host: str, port: int | None = None) -> str:
         name = f"[{host}]"
     else:
         name = host
+    name = name.rstrip(".") or name  # "shop.example." is shop.example: publish the name it is stored as
     if port is None and own.isdigit():
         port = int(own)
     if port is None or port == (443 if scheme == "https" else 80):
