@@ -115,6 +115,41 @@ async def _set_status(db, company, status):
         await c.execute("UPDATE crm_contacts SET status = $1 WHERE id = 1", status)
 
 
+async def test_three_wrong_phrases_spend_the_nonce(shop, dispatcher, database):
+    """Regression: a wrong typed phrase left its nonce as good as new, so a confirm could be retried
+    without limit. Now at most 3 per nonce (solid-verbs digest §8 G2); the third spends it."""
+    p = staff(shop, "admin")
+    pre = await run(dispatcher, p, "payments.refund", REFUND)
+    nonce, phrase = pre["pending"]["nonce"], pre["pending"]["required_phrase"]
+    hints = []
+    for typed in ("REFUND $12.50", "refund it", ""):
+        wrong = await run(dispatcher, p, "payments.refund", REFUND, confirm=True, typed_phrase=typed, nonce=nonce)
+        assert wrong["error"]["reason"] == "phrase_mismatch" and not wrong["ok"]
+        hints.append(wrong["error"]["hint"])
+    assert hints[0] == f'Type exactly: "{phrase}" (2 attempts left with this nonce)'
+    assert hints[1] == f'Type exactly: "{phrase}" (1 attempt left with this nonce)'
+    assert hints[2].startswith("No attempts left with this nonce")
+    late = await run(dispatcher, p, "payments.refund", REFUND, confirm=True, typed_phrase=phrase, nonce=nonce)
+    assert late["error"]["reason"] == "nonce_used"  # the right phrase, too late: nothing ran
+    rows = await audit_rows(database, shop)
+    assert not [r for r in rows if r["decision"] == "allowed"]
+    denials = [r["entry"] for r in rows if r["entry"].get("reason") == "phrase_mismatch"]
+    assert [e["attempts_left"] for e in denials] == [2, 1, 0]
+    ok = await confirm_phrase(dispatcher, p, "payments.refund", REFUND)  # a fresh nonce works
+    assert ok["ok"] and ok["result"]["refund_id"] == "rf_ord_1_1"
+
+
+async def test_wrong_phrases_below_the_limit_do_not_spend_the_nonce(shop, dispatcher):
+    p = staff(shop, "admin")
+    pre = await run(dispatcher, p, "payments.refund", REFUND)
+    nonce, phrase = pre["pending"]["nonce"], pre["pending"]["required_phrase"]
+    for _ in range(2):
+        wrong = await run(dispatcher, p, "payments.refund", REFUND, confirm=True, typed_phrase="x", nonce=nonce)
+        assert wrong["error"]["reason"] == "phrase_mismatch"
+    ok = await run(dispatcher, p, "payments.refund", REFUND, confirm=True, typed_phrase=phrase, nonce=nonce)
+    assert ok["ok"], ok
+
+
 async def test_generated_key_and_expiry(shop, dispatcher, clock):
     p = staff(shop, "employee")
     env = await run(dispatcher, p, "inventory_adjust", {"product_id": "gardenias", "delta": 5}, confirm=True)

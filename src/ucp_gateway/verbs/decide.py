@@ -35,9 +35,11 @@ from .policy import (
 )
 from .registry import RESERVED_ARGS, Registry, Verb
 
-__all__ = ["Call", "Decision", "Inputs", "cap_class_for", "decide", "gates"]
+__all__ = ["PHRASE_ATTEMPTS", "Call", "Decision", "Inputs", "cap_class_for", "decide", "gates"]
 
 CONTROL_KEYS = ("confirm", "typed_phrase", "nonce", "idempotency_key")
+#: wrong typed phrases allowed per consent nonce; the last one spends it (solid-verbs digest §8 G2)
+PHRASE_ATTEMPTS = 3
 # members read once: an enum member is a class attribute lookup through the enum's metaclass
 _READ, _BLOCKED = RiskClass.READ, RiskClass.BLOCKED
 _NOT_WRITE = (RiskClass.READ, RiskClass.BLOCKED)
@@ -103,13 +105,27 @@ class Decision:
     #: canonical JSON bytes of the cleaned arguments that ``digest`` hashes (an execute only), so
     #: the audit entry need not write them again (dispatcher._entry)
     args_json: bytes | None = field(default=None, repr=False, compare=False)
+    #: a ``phrase_mismatch`` denial's nonce (authenticated: its MAC verified), whose wrong phrases
+    #: the dispatcher counts (at most :data:`PHRASE_ATTEMPTS` per nonce)
+    nonce_id: str | None = None
 
     def error(self) -> VerbError:
         return VerbError(self.reason or "denied", self.message, hint=self.hint, path=self.path)
 
 
-def _deny(reason: str, message: str = "", *, hint: str | None = None, path: str | None = None, cls=None, digest=""):
-    return Decision("deny", cls, reason, message or REASONS.get(reason, reason), hint, path, digest=digest)
+def _deny(
+    reason: str,
+    message: str = "",
+    *,
+    hint: str | None = None,
+    path: str | None = None,
+    cls=None,
+    digest="",
+    nonce_id: str | None = None,
+):
+    return Decision(
+        "deny", cls, reason, message or REASONS.get(reason, reason), hint, path, digest=digest, nonce_id=nonce_id
+    )
 
 
 def decide(
@@ -337,6 +353,7 @@ def _consent(
             hint=f'Type exactly: "{phrase}"',
             cls=cls,
             digest=digest,
+            nonce_id=check.nonce_id,
         )
     approval = {
         "confirm": "typed_phrase",

@@ -17,6 +17,7 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -29,7 +30,7 @@ from . import audit, store
 from .audit import iso, plain_audit_args, redact, safe_name
 from .consent import args_digest, canonical_json, clean_args
 from .context import VerbContext
-from .decide import Call, Decision, Inputs, cap_class_for, decide, gates
+from .decide import PHRASE_ATTEMPTS, Call, Decision, Inputs, cap_class_for, decide, gates
 from .errors import REASONS, VerbError
 from .policy import DEFAULT_DAILY_CAPS, Principal, RiskClass
 from .reads import ReadBatcher, ReadJob
@@ -435,12 +436,25 @@ class Dispatcher:
         )
         if pending and decision.pending:
             entry["requires_approval"] = True
-        audit_id = await self._write(company, entry)
+        error = decision.error()
+        if decision.nonce_id is None:
+            audit_id = await self._write(company, entry)
+        else:  # a wrong typed phrase: counted against its nonce with the denial row, in one transaction
+            expires = now + timedelta(seconds=self.settings.verbs_nonce_ttl)
+            async with tenant_tx(self.pool, company.id) as conn:
+                left = await store.phrase_mismatch(conn, company.id, decision.nonce_id, now, expires, PHRASE_ATTEMPTS)
+                entry["attempts_left"] = left
+                audit_id, _ = await audit.append(conn, company.id, entry)
+            error.hint = (
+                f"{error.hint} ({left} attempt{'s' if left != 1 else ''} left with this nonce)"
+                if left
+                else "No attempts left with this nonce: call again without confirm for a fresh phrase and nonce."
+            )
         env: dict[str, Any] = {
             "ok": False,
             "verb": entry["verb"],
             "audit_id": audit_id,
-            "error": decision.error().error_body(),
+            "error": error.error_body(),
         }
         if decision.pending:
             env["pending"] = decision.pending

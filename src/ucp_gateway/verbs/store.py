@@ -30,6 +30,7 @@ __all__ = [
     "claim_sql",
     "consume_nonce",
     "count_principal",
+    "phrase_mismatch",
     "principal_used",
     "reserve_cap",
     "stored_key",
@@ -211,6 +212,29 @@ async def consume_nonce(conn: asyncpg.Connection, company_id: UUID, nonce_id: st
         now,
     )
     return bool(v)
+
+
+async def phrase_mismatch(
+    conn: asyncpg.Connection, company_id: UUID, nonce_id: str, now: datetime, expires_at: datetime, attempts: int
+) -> int:
+    """Count one wrong typed phrase for the consent nonce ``nonce_id`` (single statement, the
+    caller's transaction); the ``attempts``-th also spends the nonce (as :func:`consume_nonce`), so
+    no later confirm of it executes. ``expires_at``: the nonce's own expiry (the row's useful life).
+    Returns the wrong phrases still allowed for this nonce (0: spent). solid-verbs digest §8 G2."""
+    left = await conn.fetchval(
+        "WITH m AS (INSERT INTO verb_nonce_mismatches AS m (company_id, nonce_id, mismatches, expires_at)"
+        "  VALUES ($1, $2, 1, $4) ON CONFLICT (company_id, nonce_id) DO UPDATE SET mismatches = m.mismatches + 1"
+        "  RETURNING mismatches),"
+        " spent AS (INSERT INTO verb_nonces (company_id, nonce_id, used_at) SELECT $1, $2, $3 FROM m"
+        "  WHERE m.mismatches >= $5 ON CONFLICT DO NOTHING)"
+        " SELECT greatest($5 - mismatches, 0) FROM m",
+        company_id,
+        nonce_id,
+        now,
+        expires_at,
+        attempts,
+    )
+    return int(left)
 
 
 async def principal_used(conn: asyncpg.Connection, principal: str, limit_key: str, day: date) -> tuple[int, int]:
