@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -164,6 +165,12 @@ def test_workers_stop_when_the_supervisor_is_killed_and_a_restart_reuses_the_dat
                 time.sleep(0.1)
             assert not any(_alive(p) for p in workers), "orphaned workers kept serving"
             assert any(e.get("event") == "supervisor_gone" for e in _events(log))
+            # the rate limiter's shared block: unlinked by multiprocessing's resource tracker once
+            # the killed supervisor's workers are gone too
+            block = f"/dev/shm/ucpgw_rl_{proc.pid}_*"
+            while glob.glob(block) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert glob.glob(block) == [], "a killed supervisor's shared memory block outlived its workers"
     finally:
         for proc in procs:
             if proc.poll() is None:

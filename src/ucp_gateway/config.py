@@ -69,7 +69,7 @@ class Settings(BaseSettings):
         ge=1,
         le=64,
         description="serving processes of `serve` sharing its listening socket; each has its own pool of db_pool_max "
-        "connections and its own in-process caches and buyer rate limiter",
+        "connections and its own in-process caches; buyer_rate_limit holds across all of them",
     )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto",
@@ -141,7 +141,9 @@ class Settings(BaseSettings):
     # --- UCP shopping (issue 6, ucp_gateway.commerce) -----------------------------------------
     checkout_ttl: int = Field(default=6 * 3600, ge=60, description="Seconds a checkout lives (UCP: 6 h).")
     commerce_idempotency_ttl: int = Field(default=86400, ge=86400, description="Seconds a key is kept.")
-    buyer_rate_limit: int = Field(default=1200, ge=1, description="Requests/minute per buyer agent, company.")
+    buyer_rate_limit: int = Field(
+        default=1200, ge=1, description="Requests/minute per buyer agent and company, across all workers of `serve`."
+    )
     buyer_max_order_amount: int | None = Field(
         default=None,
         ge=0,

@@ -23,10 +23,13 @@ supervisor is gone (SIGKILL) shuts itself down within a second or so; the embedd
 killed supervisor is left running, as after a killed single-process ``serve``: the next start
 reuses it (and, not having started it, leaves it running).
 
-Every worker has its own pool (``Settings.db_pool_size`` connections), profile and host caches and buyer
-rate limiter. What must be shared already lives in PostgreSQL: the replay cache, idempotency keys,
-daily caps, the audit chain, the webhook outbox (claimed with SKIP LOCKED) and the key scheduler
-(advisory lock).
+Every worker has its own pool (``Settings.db_pool_size`` connections) and profile and host caches.
+What must be shared lives in PostgreSQL: the replay cache, idempotency keys, daily caps, the audit
+chain, the webhook outbox (claimed with SKIP LOCKED) and the key scheduler (advisory lock); and the
+buyer rate limit in a shared memory block the supervisor creates before the first worker and unlinks
+when it exits (ucp_gateway.commerce.ratelimit): worker i counts in row i (a restarted worker i takes
+over its row, so a crash forgets no request) and reads every row. A killed supervisor leaves the
+unlinking to multiprocessing's resource tracker, which does it once the workers are gone.
 """
 
 from __future__ import annotations
@@ -74,10 +77,12 @@ class RestartBudget:
         return True
 
 
-def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: socket.socket) -> None:
+def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: socket.socket, limits: str) -> None:
     """Entry point of a worker process (spawned): serve until SIGTERM/SIGINT or until the supervisor
     is gone (an orphan would keep the port and the database busy); exit 1 on a configuration
-    error, printed like the CLI prints it."""
+    error, printed like the CLI prints it. ``limits``: the name of the supervisor's rate limiter
+    block, in which this worker counts in row ``index``."""
+    from .commerce.ratelimit import RateLimiter
     from .logs import configure_logging
     from .serve import demo_seed_hook, run, run_server
 
@@ -92,7 +97,7 @@ def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: s
             await seeder(app)
         ready.set()
 
-    async def main() -> None:
+    async def main(limiter: RateLimiter) -> None:
         stop = asyncio.Event()
 
         async def watch_supervisor() -> None:
@@ -103,20 +108,32 @@ def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: s
 
         watcher = asyncio.create_task(watch_supervisor())
         try:
-            await run_server(settings, before_serve=before_serve, stop=stop, sock=sock, signals=(signal.SIGTERM,))
+            await run_server(
+                settings,
+                before_serve=before_serve,
+                stop=stop,
+                sock=sock,
+                signals=(signal.SIGTERM,),
+                rate_limiter=limiter,
+            )
         finally:
             watcher.cancel()
 
+    limiter = None
     try:
-        run(settings, main())
+        limiter = RateLimiter(settings.buyer_rate_limit, shared=limits, row=index)
+        run(settings, main(limiter))
     except GatewayError as exc:
         print(f"ucp-gateway: error: worker {index}: {exc.message}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        if limiter is not None:
+            limiter.close()
 
 
 class _Workers:
-    def __init__(self, settings: Settings, sock: socket.socket) -> None:
-        self.settings, self.sock = settings, sock
+    def __init__(self, settings: Settings, sock: socket.socket, limits: str) -> None:
+        self.settings, self.sock, self.limits = settings, sock, limits
         self.ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited loop, pool or threads
         self.procs: dict[int, Any] = {}
         self.ready: dict[int, Any] = {}
@@ -126,7 +143,7 @@ class _Workers:
         proc = self.ctx.Process(
             # the socket travels as a duplicated descriptor (multiprocessing's socket reduction)
             target=_worker_main,
-            args=(self.settings, index, ready, seed, self.sock),
+            args=(self.settings, index, ready, seed, self.sock, self.limits),
             name=f"ucp-gateway-worker-{index}",
         )
         proc.start()
@@ -209,10 +226,11 @@ async def supervise(settings: Settings) -> int:
     Returns the exit code: 0 after a signal, 1 when a worker failed to start or kept crashing.
     Raises: ConfigError before any worker is started (port taken, database, too many connections).
     """
+    from .commerce.ratelimit import create_shared_block, release_shared_block
     from .serve import bind_socket
 
     sock = bind_socket(settings.host, settings.port)  # the one listening socket every worker accepts on
-    embedded = None
+    embedded = limits = None
     stop = asyncio.Event()
 
     def on_signal() -> None:
@@ -224,9 +242,10 @@ async def supervise(settings: Settings) -> int:
         loop.add_signal_handler(sig, on_signal)
     code = 0
     try:
+        limits = create_shared_block(settings.workers)  # the buyer rate limit's counters, a row per worker
         worker_settings, embedded = await _prepare(settings)
         worker_settings = worker_settings.model_copy(update={"port": sock.getsockname()[1]})
-        workers = _Workers(worker_settings, sock)
+        workers = _Workers(worker_settings, sock, limits.name)
         try:
             code = await _run(workers, settings.workers, settings.demo, stop)
         finally:
@@ -235,6 +254,8 @@ async def supervise(settings: Settings) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         sock.close()
+        if limits is not None:
+            release_shared_block(limits)  # the workers are gone (stop_all): nobody counts in it now
         if embedded is not None:
             from .db.embedded import stop_embedded
 

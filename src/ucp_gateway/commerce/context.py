@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,6 +24,7 @@ from ..tenancy import Company, public_origin, resolve_host, valid_host_header
 from .catalog import PickupLocation
 from .checkout import ShopInfo
 from .discounts import AutomaticDiscount
+from .ratelimit import RateLimiter
 from .service import UCP_VERSION, CommerceContext
 
 __all__ = [
@@ -51,29 +51,6 @@ CHECKOUT_CAPABILITIES = (
 class RateLimited(GatewayError):
     code = "rate_limited"
     http_status = 429
-
-
-class RateLimiter:
-    """Token bucket per (company, buyer agent): ``per_minute`` requests, bursts up to the same."""
-
-    def __init__(self, per_minute: int):
-        self.rate = per_minute / 60.0
-        self.cap = float(per_minute)
-        self._b: dict[tuple[uuid.UUID, str], tuple[float, float]] = {}
-
-    def take(self, key: tuple[uuid.UUID, str], now: float | None = None) -> float:
-        """Consume one token; returns 0 when allowed, else the seconds until one is available."""
-        now = time.monotonic() if now is None else now
-        tokens, last = self._b.get(key, (self.cap, now))
-        tokens = min(self.cap, tokens + (now - last) * self.rate)
-        if tokens < 1:
-            self._b[key] = (tokens, now)
-            return (1 - tokens) / self.rate
-        self._b[key] = (tokens - 1, now)
-        if len(self._b) > 100_000:  # bound memory: forget the oldest half
-            for k in list(self._b)[:50_000]:
-                del self._b[k]
-        return 0.0
 
 
 def payment_handlers(settings: Settings) -> dict[str, list[dict[str, Any]]]:

@@ -220,13 +220,15 @@ async def simulate_shipping(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    """Add the shopping routes, the per-agent rate limiter and (``settings.webhook_worker``) the
-    webhook delivery worker."""
+    """Add the shopping routes, the per-agent rate limiter (unless the app already has one: a worker
+    of ``serve --workers`` counts in its supervisor's shared block) and (``settings.webhook_worker``)
+    the webhook delivery worker."""
     from .pages import setup_pages
     from .webhooks import webhook_worker_ctx
 
     settings = app[SETTINGS]
-    app[COMMERCE_LIMITER] = RateLimiter(settings.buyer_rate_limit)
+    if COMMERCE_LIMITER not in app:
+        app[COMMERCE_LIMITER] = RateLimiter(settings.buyer_rate_limit)
     app[PROFILE_CACHE] = {}
     p = REST_PREFIX
     app.router.add_post(f"{p}/checkout-sessions", create_checkout)
