@@ -1,6 +1,6 @@
-"""A company's ``settings.commerce`` of the wrong type, on the real
+"""A company's ``settings.commerce`` and ``settings.sign_responses`` of the wrong type, on the real
 app and database: the commerce API fails closed as ``company_misconfigured`` (nothing written), page
-texts are read as absent."""
+texts are read as absent, a malformed ``sign_responses`` signs."""
 
 from __future__ import annotations
 
@@ -128,3 +128,21 @@ async def test_malformed_page_texts_are_absent_and_logged_once(
     bad = [e for e in logs if e["event"] == "company_settings_invalid"]
     path = "commerce.pages" if not isinstance(pages, dict) else "commerce.pages.terms"
     assert [(e["path"], e["read"], e["effect"]) for e in bad] == [(path, "commerce.pages.terms", "absent")]
+
+
+@pytest.mark.parametrize("value", [0, "", [], {}, "false", "yes"])
+async def test_malformed_sign_responses_signs_every_response(
+    aiohttp_client, database, db_settings, company, platform, value
+):
+    """Fails closed as ``true``: a response is signed when the setting cannot be read."""
+    shop = await started(aiohttp_client, make_app(database, db_settings), database, company)
+    r = await shop.get(url("/checkout-sessions/chk_nope"), headers=headers())
+    assert r.status == 200 and "Signature" not in r.headers  # not asked for
+    await _set(database, company, sign_responses=value)
+    shop = await started(aiohttp_client, make_app(database, db_settings), database, company)  # no cached row
+    with capture_logs() as logs:
+        r = await shop.get(url("/checkout-sessions/chk_nope"), headers=headers())
+    assert r.status == 200 and r.headers["Signature-Input"].startswith("sig1=")
+    assert r.headers["Content-Digest"] and r.headers["Signature"]
+    bad = [e for e in logs if e["event"] == "company_settings_invalid"]
+    assert [(e["path"], e["effect"]) for e in bad] == [("sign_responses", "read as True")]
