@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
+from ucp_gateway.commerce.demo import DEMO_PAGES
 from ucp_gateway.db import tenant_tx
+from ucp_gateway.demo.seed import seed_demo
 
 from .conftest import SHIP_US, agent, headers, make_app, new_key, pay, payload, started, url
 
@@ -146,3 +148,17 @@ async def test_malformed_sign_responses_signs_every_response(
     assert r.headers["Content-Digest"] and r.headers["Signature"]
     bad = [e for e in logs if e["event"] == "company_settings_invalid"]
     assert [(e["path"], e["effect"]) for e in bad] == [("sign_responses", "read as True")]
+
+
+@pytest.mark.parametrize("commerce", ["x", [1], 7])
+async def test_demo_seed_leaves_a_malformed_commerce_section_as_it_is(database, db_settings, company, commerce):
+    """Regression: the demo's page seeding merged into a commerce section that was no object, which
+    jsonb turned into an array (``["x", {"pages": ...}]``). Now it writes nothing there."""
+    await _set(database, company, commerce=commerce)
+    await seed_demo(database, db_settings)
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT settings->'commerce' FROM companies") == commerce
+    await _set(database, company, commerce=None)  # null is absent: the demo pages are written
+    await seed_demo(database, db_settings)
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT settings->'commerce' FROM companies") == {"pages": DEMO_PAGES}
