@@ -93,6 +93,46 @@ async def test_invalid_company_fields_are_rejected_and_nothing_written(database,
 
 
 @pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        (["sign_responses"], "settings must be a JSON object, not a JSON array"),
+        ({"sign_responses": "yes"}, "settings.sign_responses must be true or false, not 'yes'"),
+        ({"verbs": "x"}, "settings.verbs must be a JSON object, not 'x'"),
+        ({"verbs": {"daily_caps": 5}}, "settings.verbs.daily_caps must be a JSON object, not 5"),
+        (
+            {"verbs": {"daily_caps": {"WRITE_FINANCIAL": "5"}}},
+            "settings.verbs.daily_caps.WRITE_FINANCIAL must be an integer >= 0 or null, not '5'",
+        ),
+        ({"verbs": {"daily_caps": {"IRREVERSIBLE": -1}}}, "settings.verbs.daily_caps.IRREVERSIBLE must be an integer"),
+        ({"commerce": []}, "settings.commerce must be a JSON object, not a JSON array"),
+        ({"commerce": {"currency": "usd"}}, "settings.commerce.currency must be an ISO 4217 currency code"),
+        ({"commerce": {"buyer_max_order_amount": 1.5}}, "settings.commerce.buyer_max_order_amount must be an"),
+        ({"commerce": {"automatic_discounts": [{}]}}, "settings.commerce.automatic_discounts[0].id must be a string"),
+        ({"commerce": {"pickup_locations": {"id": "p"}}}, "settings.commerce.pickup_locations must be a JSON array"),
+        ({"commerce": {"pages": "text"}}, "settings.commerce.pages must be a JSON object, not 'text'"),
+        ({"commerce": {"pages": {"terms": True}}}, "settings.commerce.pages.terms must be a string, not true"),
+    ],
+)
+async def test_settings_of_the_wrong_type_are_a_clear_bad_request_and_nothing_written(database, settings, says):
+    with pytest.raises(BadRequest) as e:
+        await create_company(database.pool, slug="ok", display_name="Ok", hostnames=["ok.example"], settings=settings)
+    assert e.value.message.startswith(says) and e.value.http_status == 400 and e.value.code == "invalid_request"
+    assert await list_companies(database.pool) == []
+    assert await resolve_host(database.pool, "ok.example") is None
+
+
+async def test_settings_of_the_known_types_and_free_form_keys_are_written(database):
+    settings = {
+        "sign_responses": False,
+        "verbs": {"daily_caps": {"WRITE_FINANCIAL": 5, "IRREVERSIBLE": None, "refunds": 0}, "other": "x"},
+        "commerce": {"currency": "EUR", "buyer_max_order_amount": None, "pages": {"terms": "T", "privacy": None}},
+        "vendor": [1, "free-form"],
+    }
+    c = await create_company(database.pool, slug="ok", display_name="Ok", settings=settings)
+    assert c.settings == settings and (await get_company(database.pool, "ok")).settings == settings
+
+
+@pytest.mark.parametrize(
     ("host", "says"),
     [
         ("shop:80", "invalid hostname 'shop:80': give the host without a port"),

@@ -18,8 +18,9 @@ from uuid import UUID
 
 import asyncpg
 
+from .company_settings import CompanyMisconfigured, check_settings, json_type
 from .db import platform_tx, tenant_tx
-from .errors import BadRequest, ConfigError, Conflict, NotFound
+from .errors import BadRequest, Conflict, NotFound
 from .logs import get_logger
 
 __all__ = [
@@ -45,7 +46,6 @@ SIGNATURE_POLICIES: tuple[str, ...] = ("required", "optional", "off")
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 _HOST_PORT = re.compile(r"^[^:]*:\d*$")  # one colon, digits after it: host:port, not an IPv6 literal
-_JSON_TYPES = {str: "string", list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}
 _log = get_logger("ucp_gateway.tenancy")
 
 
@@ -53,16 +53,10 @@ class CompanyNotFound(NotFound):
     code = "company_not_found"
 
 
-class CompanyMisconfigured(ConfigError):
-    """A company row the gateway cannot serve (``settings`` is not a JSON object): its requests fail
-    closed with this error (HTTP 500, ``{"code": "company_misconfigured", "content": ...}``)."""
-
-    code = "company_misconfigured"
-
-
 @dataclass(frozen=True, slots=True)
 class Company:
-    """A tenant. ``settings`` is a free-form JSON object owned by the subsystems (keys, discovery, verbs)."""
+    """A tenant. ``settings`` is a JSON object owned by the subsystems (verbs, commerce, httpsig): read
+    its known sections through :func:`ucp_gateway.company_settings.setting`, which knows their types."""
 
     id: UUID
     slug: str
@@ -166,7 +160,7 @@ def public_origin(scheme: str, host: str, port: int | None = None) -> str:
 def _row_to_company(r: asyncpg.Record, hosts: list[str], *, serving: bool = True) -> Company:
     settings = r["settings"]
     if type(settings) is not dict:  # an operator's SQL (a row older than migration 0057's CHECK)
-        kind = _JSON_TYPES.get(type(settings), type(settings).__name__)
+        kind = json_type(settings)
         _log.error("company_settings_invalid", company_id=str(r["id"]), slug=r["slug"], json_type=kind)
         if serving:  # fail closed: nothing is served with settings the gateway cannot read
             raise CompanyMisconfigured(f"company {r['slug']!r} is misconfigured: its settings are a JSON {kind}")
@@ -303,11 +297,14 @@ async def create_company(
 
     Args:
         subagents: name -> enabled; names missing from the map are created enabled.
+        settings: a JSON object; its known sections must have their types
+            (:func:`ucp_gateway.company_settings.check_settings`), other keys are free-form.
     Returns: the new :class:`Company`.
-    Raises: BadRequest (invalid fields, or a row the database's checks refuse), Conflict (slug or
-        hostname taken).
+    Raises: BadRequest (invalid fields, settings of the wrong type, or a row the database's checks
+        refuse), Conflict (slug or hostname taken). Nothing is written then.
     """
     hosts = _validate(slug, display_name, tier, signature_policy, list(hostnames))
+    settings = check_settings(settings)
     enabled = {name: True for name in SUBAGENTS} | {k: bool(v) for k, v in (subagents or {}).items()}
     unknown = set(enabled) - set(SUBAGENTS)
     if unknown:
@@ -323,7 +320,7 @@ async def create_company(
                 display_name.strip(),
                 tier,
                 signature_policy,
-                settings or {},
+                settings,
             )
             await conn.executemany(
                 "INSERT INTO company_hosts (hostname, company_id) VALUES ($1, $2)", [(h, cid) for h in hosts]
@@ -337,7 +334,7 @@ async def create_company(
         raise Conflict(f"{what} already taken", code=f"{what}_taken") from None
     except asyncpg.IntegrityConstraintViolationError as exc:  # a CHECK _validate did not foresee
         raise BadRequest(f"the database refused the company ({exc.constraint_name or exc.sqlstate})") from None
-    return Company(cid, slug, display_name.strip(), tier, signature_policy, tuple(hosts), settings or {})
+    return Company(cid, slug, display_name.strip(), tier, signature_policy, tuple(hosts), settings)
 
 
 async def list_subagents(pool: asyncpg.Pool, company_id: UUID) -> dict[str, bool]:

@@ -18,6 +18,7 @@ import http_sf
 from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
+from ..company_settings import commerce, setting
 from ..config import Settings
 from ..errors import BadRequest, GatewayError, NotFound
 from ..tenancy import Company, public_origin, resolve_host, valid_host_header
@@ -306,9 +307,10 @@ def _shop_parts(base_url: str, settings: Settings, cs: Mapping[str, Any], neg: N
             "capabilities": _capabilities(CHECKOUT_CAPABILITIES, neg.checkout_caps if neg else None),
             "payment_handlers": handlers,
         },
-        automatic_discounts=tuple(AutomaticDiscount(**a) for a in cs.get("automatic_discounts", [])),
+        automatic_discounts=tuple(AutomaticDiscount(**a) for a in cs.get("automatic_discounts") or ()),
     )
-    pickup = tuple(PickupLocation(p["id"], p["name"], p.get("address", {})) for p in cs.get("pickup_locations", []))
+    pickups = cs.get("pickup_locations") or ()
+    pickup = tuple(PickupLocation(p["id"], p["name"], p.get("address") or {}) for p in pickups)
     out = _Shop(
         shop=shop,
         order_ucp={
@@ -334,14 +336,17 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
     The shop part (response ``ucp`` envelopes, payment handlers, automatic discounts, pickup
     locations) is shared between requests with the same inputs (:func:`_shop_parts`); callers treat
     it as read-only. Raises: BadRequest (400) for a Host that is not a plain ``host[:port]`` with a
-    port in 1-65535, as ``/.well-known/ucp`` refuses it; TypeError/KeyError on malformed
-    ``settings.commerce`` entries.
+    port in 1-65535, as ``/.well-known/ucp`` refuses it; CompanyMisconfigured (500
+    ``company_misconfigured``) when ``settings.commerce`` or one of its currency, limit, discount
+    or pickup entries has the wrong type (:func:`ucp_gateway.company_settings.commerce`).
     """
     settings = request.app[SETTINGS]
     if not _valid_host(request.host):  # it is echoed into continue_url, links and permalinks
         raise BadRequest("invalid Host header")
     base_url = _origin(settings.public_scheme, request.host, settings.public_port)
-    cs = (company.settings or _NO_SETTINGS).get("commerce") or _NO_SETTINGS
+    # fails closed: these keys set prices, the buyer agent's amount limit and what is offered, so a
+    # checkout is not computed without them (page texts, cosmetic, are not read here)
+    cs = setting(company, "commerce", commerce, default=_NO_SETTINGS)
     parts = _shop_parts(base_url, settings, cs, neg)
     return CommerceContext(
         company_id=company.id,
@@ -350,7 +355,7 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
         shop=parts.shop,
         order_ucp=parts.order_ucp,
         handler_ids=parts.handler_ids,
-        currency=cs.get("currency", "USD"),
+        currency=cs.get("currency") or "USD",
         ttl=timedelta(seconds=settings.checkout_ttl),
         max_order_amount=cs.get("buyer_max_order_amount", settings.buyer_max_order_amount),
         pickup_locations=parts.pickup,

@@ -35,10 +35,15 @@ async def commerce_demo_seeder(db: Database, company: Company, settings: Setting
 
     await bootstrap_company_key(db, settings, company.id, now=datetime.now(UTC))
     async with tenant_tx(db.pool, company.id) as conn:
-        await conn.execute(  # only when the shop has no pages of its own (a re-seed keeps edits)
+        # only when the shop has no pages of its own (a re-seed keeps edits), and only into a commerce
+        # section that is an object or absent: jsonb || merged into a string or array makes an array
+        # of it, so a malformed section is left as the operator wrote it (its readers report it)
+        await conn.execute(
             "UPDATE companies SET settings = settings || jsonb_build_object('commerce',"
-            " coalesce(settings->'commerce', '{}') || jsonb_build_object('pages', $2::jsonb))"
-            " WHERE id = $1 AND settings->'commerce'->'pages' IS NULL",
+            " CASE jsonb_typeof(settings->'commerce') WHEN 'object' THEN settings->'commerce' ELSE '{}' END"
+            " || jsonb_build_object('pages', $2::jsonb))"
+            " WHERE id = $1 AND coalesce(jsonb_typeof(settings->'commerce'), 'null') IN ('object', 'null')"
+            " AND coalesce(jsonb_typeof(settings->'commerce'->'pages'), 'null') = 'null'",
             company.id,
             DEMO_PAGES,
         )

@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, human_page
+from ..company_settings import setting, text
 from ..db import tenant_tx
 from ..errors import GatewayError
 from ..tenancy import Company
@@ -211,14 +212,14 @@ async def home(request: web.Request, company: Company) -> web.Response:
 
 
 def _policy(kind: str):
+    path = f"commerce.pages.{kind}"
+
     @_shop_page
     async def handler(request: web.Request, company: Company) -> web.Response:
-        cs = (company.settings or {}).get("commerce")
-        pages = cs.get("pages") if isinstance(cs, dict) else None
-        text = pages.get(kind) if isinstance(pages, dict) else None
-        if not isinstance(text, str):  # free-form settings: anything but text is no page text
-            text = None
-        return _html(render_policy_page(_name(company), kind, text), cache="public, max-age=300")
+        # cosmetic: a page text of the wrong type (or a commerce or pages section that is no object)
+        # is read as absent, and the page shows its default text
+        body = setting(company, path, text, default=None, on_bad=None)
+        return _html(render_policy_page(_name(company), kind, body), cache="public, max-age=300")
 
     return handler
 

@@ -30,6 +30,7 @@ from multidict import CIMultiDict
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS, is_human_page
 from ..clock import SystemClock
+from ..company_settings import boolean, setting
 from ..config import Settings
 from ..db import COMMIT_PROBE, CommitProbe
 from ..errors import BadRequest, GatewayError
@@ -217,7 +218,9 @@ def _wants_signature(request: web.Request, company, settings: Settings) -> bool:
         request[REQ_SIGN_RESPONSE]  # set False by the middleware before the handler runs
         or "Accept-Signature" in request.headers
         or settings.httpsig_sign_responses
-        or (company.settings or {}).get("sign_responses")
+        # a value that is no boolean fails closed as true: signing is the stricter choice (the
+        # platform gets the signatures the operator may have meant), not signing would drop them
+        or setting(company, "sign_responses", boolean, default=False, on_bad=True)
     )
 
 

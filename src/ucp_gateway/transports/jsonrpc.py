@@ -13,7 +13,9 @@ UCP's MCP binding (checkout-mcp.md, overview "Error Handling") maps protocol err
 ``-32001`` discovery / version (400 invalid_profile_url, 422, 424), ``-32000`` authentication,
 permission, idempotency conflict, rate limit, unavailable (401/403/409/429/503, with
 ``data.retry_after`` for 429 and 503), ``-32600`` digest_mismatch / algorithm_unsupported,
-``-32603`` internal. ``data.code`` carries the UCP code. :func:`rpc_error_from_gateway` does this.
+``-32603`` internal. ``data.code`` carries the UCP code. :func:`rpc_error_from_gateway` does this;
+an internal error says no more than ``internal_error``, except ``company_misconfigured`` (the
+operator's settings, said as such: its message names a settings path, nothing internal).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..company_settings import CompanyMisconfigured
 from ..errors import GatewayError
 from ..jsonbody import InvalidJson, loads_strict
 
@@ -129,6 +132,8 @@ def rpc_error_from_gateway(exc: GatewayError) -> RpcError:
         code = INVALID_PARAMS
     elif 400 < status < 500:  # 405, 413, 415 ...: the HTTP request itself was not acceptable
         code = INVALID_REQUEST
+    elif isinstance(exc, CompanyMisconfigured):
+        code = INTERNAL_ERROR
     else:
         code, data, status = INTERNAL_ERROR, {"code": "internal_error"}, 500
         return RpcError(code, "internal error", data, http_status=status)

@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 
 from ..clock import Clock, SystemClock
+from ..company_settings import daily_caps, setting
 from ..config import Settings
 from ..db import tenant_tx
 from ..tenancy import Company, get_company
@@ -77,6 +78,7 @@ def _id_text(company_id: Any) -> str:
 
 
 _READ_OR_NONE = (None, RiskClass.READ)
+_NO_CAPS: dict[str, int | None] = {}
 
 
 class _Replay(Exception):
@@ -104,11 +106,17 @@ class Dispatcher:
 
     # ---- facts ---------------------------------------------------------------------------
     def cap_limit(self, company: Company, cap_class: str | None) -> int | None:
-        """Today's limit for ``cap_class``: company settings override the gateway defaults."""
+        """Today's limit for ``cap_class`` (None: no cap): the company's ``settings.verbs.daily_caps``
+        override the gateway defaults.
+
+        Raises: CompanyMisconfigured when ``verbs`` or ``verbs.daily_caps`` is no object or any cap in
+        it is no integer >= 0 or null. Fails closed: the operator's intended cap is unknown and the
+        gateway default may be higher (or null), so no capped call runs until the row is corrected
+        (it is raised before anything is written; uncapped calls go on)."""
         if cap_class is None:
             return None
         caps: dict[str, Any] = {**DEFAULT_DAILY_CAPS, **self.settings.verbs_daily_caps}
-        caps.update(((company.settings or {}).get("verbs") or {}).get("daily_caps") or {})
+        caps.update(setting(company, "verbs.daily_caps", daily_caps, default=_NO_CAPS))
         v = caps.get(cap_class)
         return None if v is None else int(v)
 
@@ -171,7 +179,9 @@ class Dispatcher:
             call: verb name, args and the control fields (confirm, typed_phrase, nonce, idempotency_key).
             company: the caller's company if the transport already loaded it.
         Returns: the envelope dict (schema/envelope.json).
-        Raises: CompanyNotFound when the principal's company does not exist.
+        Raises: CompanyNotFound when the principal's company does not exist; CompanyMisconfigured
+            (nothing written) for a capped call of a company whose ``settings.verbs.daily_caps`` is
+            malformed (:meth:`cap_limit`).
         """
         now = self.clock.now()
         # identity first: a transport builds the principal from the company it loaded (UUID's == is Python)
