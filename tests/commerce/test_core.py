@@ -330,7 +330,7 @@ def test_parse_state_ignores_response_only_fields():
     assert set(s) == {"line_items", "payment", "discounts"}
 
 
-@pytest.mark.parametrize("qty", [0, -1, "two"])
+@pytest.mark.parametrize("qty", [0, -1, "two", "3", True, 2.0])  # regression: "3" and true were read as 3 and 1
 def test_bad_quantity_is_invalid_request(qty):
     with pytest.raises(InvalidRequest) as ei:
         parse_state({"line_items": [{"item": {"id": "a"}, "quantity": qty}]}, update=False)
@@ -357,3 +357,33 @@ def test_parse_complete():
         parse_complete({"payment": {"instruments": []}})
     with pytest.raises(InvalidRequest):
         parse_complete({})
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({"line_items": [{"item": {"id": "a"}, "quantity": 1}] * 101}, "$.line_items: at most 100 line items"),
+        (
+            {"line_items": [{"item": {"id": "a"}, "quantity": 1}], "discounts": {"codes": ["10OFF"] * 21}},
+            "$.discounts.codes: at most 20 codes",
+        ),
+        (
+            {"line_items": [{"item": {"id": "a"}, "quantity": 1}], "discounts": {"codes": ["ok", "x" * 65]}},
+            "$.discounts.codes.1: at most 64 characters",
+        ),
+    ],
+)
+def test_unbounded_lists_are_invalid_request(data, says):
+    """Regression (newcomer): 10,000 line items or discount codes were priced, stored and echoed back."""
+    for update in (False, True):
+        with pytest.raises(InvalidRequest) as ei:
+            parse_state(data, update=update)
+        assert ei.value.message == says
+
+
+def test_bounds_are_inclusive():
+    s = parse_state(
+        {"line_items": [{"item": {"id": "a"}, "quantity": 1}] * 100, "discounts": {"codes": ["x" * 64] * 20}},
+        update=False,
+    )
+    assert len(s["line_items"]) == 100 and len(s["discounts"]["codes"]) == 20

@@ -117,6 +117,11 @@ async def test_bad_input_never_500(client):
     assert r.status == 400 and "quantity" in body["content"]
     r, body = await _create(client, payload(qty=-3))
     assert r.status == 400
+    for qty in ("3", True):  # regression: read as 3 and 1 (pydantic's lax mode), 201
+        r, body = await _create(client, payload(qty=qty))
+        assert r.status == 400 and body["code"] == "invalid_request" and "quantity" in body["content"], body
+    r, body = await _create(client, {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}] * 101})
+    assert r.status == 400 and body["content"] == "$.line_items: at most 100 line items", body
     r = await client.post(url("/checkout-sessions"), data=b"{not json", headers=headers())
     assert r.status == 400
     r, body = await _create(client, payload("no_such_product"))

@@ -50,6 +50,35 @@ def _validate(model: type[BaseModel], data: Any, where: str) -> BaseModel:
         raise InvalidRequest(f"{path}: {first['msg']}") from None
 
 
+# Bounds the UCP schemas leave open: a checkout is priced, stored and echoed on every call, so an
+# unbounded list is a cheap way to make each call expensive (10,000 line items took ~300 ms).
+MAX_LINE_ITEMS = 100
+MAX_DISCOUNT_CODES = 20
+MAX_CODE_LENGTH = 64
+
+
+def _check_bounds(data: dict[str, Any]) -> None:
+    """What the models do not check: quantities are JSON integers (pydantic's lax mode would read
+    ``true`` as 1 and ``"3"`` as 3; the schema says integer), and the list bounds above.
+    Raises InvalidRequest naming the path."""
+    items = data.get("line_items")
+    if isinstance(items, list):
+        if len(items) > MAX_LINE_ITEMS:
+            raise InvalidRequest(f"$.line_items: at most {MAX_LINE_ITEMS} line items")
+        for i, li in enumerate(items):
+            q = li.get("quantity") if isinstance(li, dict) else None
+            if q is not None and type(q) is not int:
+                raise InvalidRequest(f"$.line_items.{i}.quantity: Input should be a valid integer")
+    discounts = data.get("discounts")
+    codes = discounts.get("codes") if isinstance(discounts, dict) else None
+    if isinstance(codes, list):
+        if len(codes) > MAX_DISCOUNT_CODES:
+            raise InvalidRequest(f"$.discounts.codes: at most {MAX_DISCOUNT_CODES} codes")
+        for i, code in enumerate(codes):
+            if isinstance(code, str) and len(code) > MAX_CODE_LENGTH:
+                raise InvalidRequest(f"$.discounts.codes.{i}: at most {MAX_CODE_LENGTH} characters")
+
+
 def _dump(m: BaseModel | None) -> dict[str, Any] | None:
     return None if m is None else m.model_dump(mode="json", exclude_none=True)
 
@@ -77,9 +106,12 @@ def parse_state(data: dict[str, Any], *, update: bool) -> dict[str, Any]:
 
     Returns: ``{"line_items": [{"id"?, "item": {"id"}, "quantity"}], "buyer"?, "context"?,
     "attribution"?, "fulfillment"?, "discounts"?: {"codes"}, "payment"?: {"instruments"}}``.
-    Raises: InvalidRequest (HTTP 400) naming the first offending field, e.g. a quantity below 1.
+    Raises: InvalidRequest (HTTP 400) naming the first offending field, e.g. a quantity below 1 or
+    not a JSON integer, more than MAX_LINE_ITEMS line items, or more than MAX_DISCOUNT_CODES codes
+    or a code over MAX_CODE_LENGTH characters.
     """
     model = CheckoutUpdateRequest if update else CheckoutCreateRequest
+    _check_bounds(data)
     req = _validate(model, data, "$")
     state: dict[str, Any] = {"line_items": []}
     for li in req.line_items:  # type: ignore[attr-defined]
