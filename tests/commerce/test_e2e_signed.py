@@ -195,3 +195,23 @@ async def test_signed_body_must_be_application_json(shop, buyer):
     assert r.status == 201, co
     r = await post(f"{base}/{co['id']}", "text/plain", method="PUT")
     assert r.status == 415 and (await r.json())["code"] == "unsupported_media_type"
+
+
+async def test_a_missing_required_header_is_named(shop, buyer):
+    """Regression (newcomer): a signed POST without Idempotency-Key (or a body without Content-Type)
+    got "signature does not cover required components: idempotency-key", which did not say the
+    header itself was missing."""
+    base = "/ucp/v1/checkout-sessions"
+    raw = json.dumps({"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}).encode()
+    for drop, name in (("Idempotency-Key", "idempotency-key"), ("Content-Type", "content-type")):
+        h = {"UCP-Agent": f'profile="{buyer.base}/profile/a.json"', "Idempotency-Key": new_key()}
+        h["Content-Type"] = "application/json"
+        del h[drop]
+        signed = buyer.key.sign("POST", str(shop.make_url(base)), h, raw)
+        r = await shop.post(base, data=raw, headers=signed, skip_auto_headers=["Content-Type"])
+        body = await r.json()
+        assert r.status == 401 and body["code"] == "signature_invalid", body
+        assert body["content"] == (
+            f"signature does not cover required components: {name}"
+            f" (the request has no {drop} header; UCP requires it here, covered by the signature)"
+        ), body

@@ -35,7 +35,7 @@ from .jwkalg import _algorithm, algorithm_for_jwk, ecdsa_verify
 from .policy import MUTATING_METHODS, SignaturePolicy, check_times
 from .replay import ReplayStore
 from .resolver import KeyResolver
-from .verify import VerifiedSignature, _missing, _profile_url, _remember, _verified
+from .verify import VerifiedSignature, _missing, _profile_url, _remember, _verified, coverage_error
 
 __all__ = ["verify_fused"]
 
@@ -189,7 +189,7 @@ async def verify_fused(
         created = int(created)
     check_times(created, expires, nonce is not None, policy, now.timestamp())  # .policy.check_freshness
     if missing:
-        raise SignatureInvalid("signature does not cover required components: " + " ".join(missing))
+        raise coverage_error(missing, headers)
     if not digest_ok:
         raise DigestMismatch("Content-Digest does not match the request body")
     algorithm = _algorithm(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size)

@@ -32,6 +32,7 @@ from .rfc9530 import check_content_digest
 
 __all__ = [
     "VerifiedSignature",
+    "coverage_error",
     "frozen_constructor",
     "profile_url_of",
     "request_requirements",
@@ -234,6 +235,18 @@ async def verify_request(
     raise first_error
 
 
+def coverage_error(missing: tuple[str, ...], headers: Any) -> SignatureInvalid:
+    """The error for a signature that does not cover the required ``missing`` component names. A
+    required field the request does not carry at all (a POST without ``Idempotency-Key``, a body
+    without ``Content-Type``) cannot be covered: the message names the header to add."""
+    absent = [n for n in missing if not n.startswith("@") and n not in headers]
+    why = ""
+    if absent:
+        names = " and ".join("-".join(w.capitalize() for w in n.split("-")) for n in absent)
+        why = f" (the request has no {names} header; UCP requires it here, covered by the signature)"
+    return SignatureInvalid("signature does not cover required components: " + " ".join(missing) + why)
+
+
 async def _remember(result: VerifiedSignature, policy: SignaturePolicy, now: dt.datetime, store: ReplayStore) -> None:
     """Record ``(keyid, nonce)`` of a signature with a nonce (RFC 9421 §7.2.2); raises
     SignatureInvalid for a replayed nonce."""
@@ -259,7 +272,7 @@ def _verify_one(
     check_freshness(p, now, policy)
     missing = _missing(_request_shape(view), chosen.components)  # = missing_components()
     if missing:
-        raise SignatureInvalid("signature does not cover required components: " + " ".join(missing))
+        raise coverage_error(missing, view.headers)
     if view.body or "content-digest" in view.headers:
         check_content_digest(view.headers.get("Content-Digest"), view.body)
     kid = chosen.keyid or ""
