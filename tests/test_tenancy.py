@@ -101,7 +101,12 @@ async def test_invalid_company_fields_are_rejected_and_nothing_written(database,
         ({"verbs": {"daily_caps": 5}}, "settings.verbs.daily_caps must be a JSON object, not 5"),
         (
             {"verbs": {"daily_caps": {"WRITE_FINANCIAL": "5"}}},
-            "settings.verbs.daily_caps.WRITE_FINANCIAL must be an integer >= 0 or null, not '5'",
+            "settings.verbs.daily_caps.WRITE_FINANCIAL must be an integer from 0 to 2147483647 or null, not '5'",
+        ),
+        (  # regression (security review): accepted, then every capped call failed on the int4 counter
+            {"verbs": {"daily_caps": {"WRITE_REVERSIBLE": 2**31}}},
+            "settings.verbs.daily_caps.WRITE_REVERSIBLE must be an integer from 0 to 2147483647 or null,"
+            " not 2147483648",
         ),
         ({"verbs": {"daily_caps": {"IRREVERSIBLE": -1}}}, "settings.verbs.daily_caps.IRREVERSIBLE must be an integer"),
         ({"commerce": []}, "settings.commerce must be a JSON object, not a JSON array"),
@@ -242,6 +247,24 @@ async def test_settings_that_are_no_json_object_fail_closed_with_a_json_error(
     assert [(c.slug, c.settings) for c in await list_companies(database.pool)] == [("fine", {}), ("odd", {})]
 
 
+async def test_settings_nested_too_deep_fail_closed_for_that_company_only(aiohttp_client, database, db_settings):
+    """Regression (security review): settings nested ~3,000 deep (an operator's SQL; PostgreSQL keeps
+    them) raised RecursionError in the row decoder: that company answered 500 internal_error, and
+    every directory read (agent graph on any host, key rotation, `companies list`) failed with it."""
+    odd = await create_company(database.pool, slug="odd", display_name="Odd", hostnames=["odd.example"])
+    await create_company(database.pool, slug="fine", display_name="Fine", hostnames=["fine.example"])
+    await _break_settings(db_settings, odd.id, '{"junk": ' + "[" * 3000 + "]" * 3000 + "}")
+    settings = db_settings.model_copy(update={"webhook_worker": False})
+    client = await aiohttp_client(create_app(settings, database=database))
+    r = await client.get("/.well-known/ucp", headers={"Host": "odd.example"})
+    body = await r.json()
+    assert r.status == 500 and body["code"] == "company_misconfigured", body
+    assert "nested too deep" in body["content"], body
+    assert (await client.get("/.well-known/ucp", headers={"Host": "fine.example"})).status == 200
+    assert (await client.get("/ucp/agent-graph", headers={"Host": "fine.example"})).status == 200
+    assert [(c.slug, c.settings) for c in await list_companies(database.pool)] == [("fine", {}), ("odd", {})]
+
+
 async def test_duplicate_slug_and_hostname_conflict_without_partial_rows(database):
     await create_company(database.pool, slug="one", display_name="One", hostnames=["one.example"])
     with pytest.raises(Conflict) as e1:
@@ -309,6 +332,8 @@ async def test_host_cache_concurrent_misses_share_one_lookup(database):
         ("http", "::1", 8182, "http://[::1]:8182"),  # stored hostnames carry IPv6 unbracketed
         ("https", "shop.example.", None, "https://shop.example"),  # a fully qualified name: the stored one
         ("http", "shop.example.:8182", None, "http://shop.example:8182"),
+        ("http", "[0:0:0:0:0:0:0:1]:8182", None, "http://[::1]:8182"),  # published as stored (RFC 5952)
+        ("http", "[2001:DB8::A]", None, "http://[2001:db8::a]"),
     ],
 )
 def test_public_origin_keeps_non_default_ports(scheme, host, port, origin) -> None:
@@ -325,8 +350,8 @@ def test_public_origin_keeps_non_default_ports(scheme, host, port, origin) -> No
         ("[::1]", True),
         ("[::1]:8182", True),
         ("[2001:db8::a]", True),
-        ("[::ffff:1.2.3.4]", True),
         ("[:::::::]", False),  # regression: any hex, colon and dot run was taken and echoed into URLs
+        ("[::ffff:127.0.0.1]", False),  # an IPv4-mapped address is never bound: its IPv4 form is
         ("[1.2.3.4]", False),  # an IPv4 address is never bracketed (RFC 3986 §3.2.2)
         ("[::1", False),
         ("shop.example..", False),

@@ -6,7 +6,7 @@ settings are no object). Its known sections, their types, and what a reader does
 
     path                             type                                         wrong type on read
     sign_responses                   boolean                                      read as true (sign)
-    verbs.daily_caps                 object: cap class -> integer >= 0 | null     capped verb calls refused
+    verbs.daily_caps                 object: cap class -> 0..2**31-1 | null       capped verb calls refused
     commerce                         object                                       commerce API refused
     commerce.currency                ISO 4217 code (3 upper-case letters)         commerce API refused
     commerce.buyer_max_order_amount  integer >= 0 | null (no limit)               commerce API refused
@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import BadRequest, ConfigError
+from .jsonbody import TOO_DEEP
 from .logs import get_logger
 
 if TYPE_CHECKING:
@@ -81,7 +82,10 @@ class SettingError(ValueError):
 
 
 def json_type(value: Any) -> str:
-    """The JSON type name of a decoded value: ``object``, ``array``, ``string``, ``number``..."""
+    """The JSON type name of a decoded value: ``object``, ``array``, ``string``, ``number``...;
+    ``value nested too deep`` for one the database codec could not decode (jsonbody.TOO_DEEP)."""
+    if value is TOO_DEEP:
+        return "value nested too deep"
     return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
@@ -99,13 +103,18 @@ def _object(value: Any, path: str) -> dict[str, Any]:
     return value
 
 
-def _count(value: Any, path: str, *, nullable: bool = False) -> int | None:
-    """An integer >= 0 (a JSON boolean is no number here), or null when ``nullable``."""
+def _count(value: Any, path: str, *, nullable: bool = False, most: int | None = None) -> int | None:
+    """An integer >= 0 (a JSON boolean is no number here), at most ``most`` when given, or null when
+    ``nullable``."""
     if value is None and nullable:
         return None
-    if type(value) is not int or value < 0:
-        raise SettingError(path, "an integer >= 0" + (" or null" if nullable else ""), value)
+    if type(value) is not int or value < 0 or (most is not None and value > most):
+        bounds = "an integer >= 0" if most is None else f"an integer from 0 to {most}"
+        raise SettingError(path, bounds + (" or null" if nullable else ""), value)
     return value
+
+
+_CAP_MAX = 2**31 - 1  # verb_daily_usage.used is an int4: a larger cap failed every capped call
 
 
 def _string(value: Any, path: str) -> str:
@@ -127,11 +136,11 @@ def text(value: Any, path: str) -> str:
 
 
 def daily_caps(value: Any, path: str) -> dict[str, int | None]:
-    """An object of cap class -> integer >= 0 (0: class disabled) or null (unlimited). Any cap class
+    """An object of cap class -> integer 0..2**31-1 (0: class disabled) or null (unlimited). Any cap class
     name is taken (a verb may name its own); every value is checked, not only the known classes'."""
     caps = _object(value, path)
     for name, cap in caps.items():
-        _count(cap, f"{path}.{name}", nullable=True)
+        _count(cap, f"{path}.{name}", nullable=True, most=_CAP_MAX)
     return caps
 
 

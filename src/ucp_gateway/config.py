@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -192,7 +192,7 @@ class Settings(BaseSettings):
     )
     verbs_nonce_ttl: int = Field(default=300, ge=30, le=3600, description="Seconds a consent nonce lives.")
     verbs_idempotency_ttl: int = Field(default=86400, ge=3600, description="Seconds an idempotency key is kept.")
-    verbs_daily_caps: dict[str, int | None] = Field(
+    verbs_daily_caps: dict[str, Annotated[int, Field(ge=0, le=2**31 - 1)] | None] = Field(
         default_factory=lambda: {"WRITE_REVERSIBLE": 100, "WRITE_FINANCIAL": 25, "IRREVERSIBLE": 10},
         description="Company-wide daily caps per risk class (UTC day); a company's settings.verbs.daily_caps "
         "overrides them; null = unlimited, 0 = class disabled.",

@@ -18,7 +18,17 @@ try:  # about 30x faster than the json module's encoder on response bodies
 except ImportError:  # pragma: no cover - a dependency; the json module stays the reference
     orjson = None
 
-__all__ = ["MAX_DEPTH", "NOT_UTF8", "InvalidJson", "db_dumps", "db_loads", "dumps_compact", "loads_strict"]
+__all__ = [
+    "MAX_DEPTH",
+    "NOT_UTF8",
+    "TOO_DEEP",
+    "InvalidJson",
+    "TooDeep",
+    "db_dumps",
+    "db_loads",
+    "dumps_compact",
+    "loads_strict",
+]
 
 #: Deepest nesting accepted (objects + arrays). UCP documents nest well under 20 levels.
 MAX_DEPTH = 64
@@ -234,16 +244,35 @@ def _long_digits_any(raw: bytes | str) -> bool:
     return _RUN_19 in raw.translate(_DIGITS_TO_ZERO)
 
 
+class TooDeep:
+    """Stands for a json/jsonb value nested too deep for Python to decode (PostgreSQL keeps
+    thousands of levels; a row an operator wrote by SQL). The gateway never writes one (request
+    JSON is limited to 64 levels), so one such row fails where it is read, e.g. a company's
+    settings as ``company_misconfigured``, instead of every query that returns it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "TOO_DEEP"
+
+
+TOO_DEEP = TooDeep()
+
+
 def db_loads(text: str) -> Any:
     """Python value of a json/jsonb column (the asyncpg codec's decoder): ``json.loads(text)``.
 
     orjson decodes it unless the text has a run of 19 or more digits (a possible integer beyond 64
     bits, which orjson would turn into a float) or orjson refuses it (1e400, a lone surrogate
-    escape); then the json module does. Raises: ValueError (json.JSONDecodeError) as json.loads.
+    escape, more than 1024 levels); then the json module does. Returns :data:`TOO_DEEP` for a value
+    nested beyond Python's recursion limit. Raises: ValueError (json.JSONDecodeError) as json.loads.
     """
     if orjson is not None and not _long_digits(text):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except RecursionError:  # a RecursionError inside asyncpg's decoder would fail the whole query
+        return TOO_DEEP

@@ -88,14 +88,17 @@ def valid_host_header(host: str) -> bool:
     """True for a plain ``host[:port]`` Host header value (RFC 9110 §7.2) with a port in 1-65535:
     what may be echoed into published URLs (profiles, ``continue_url``, permalinks). A bracketed
     host must be an IPv6 address (RFC 3986 §3.2.2 IP-literal; ``[::1]``, not ``[1.2.3.4]`` or
-    ``[:::::::]``); a name may end in one dot (``shop.example.``, the same host: RFC 1034 §3.1)."""
+    ``[:::::::]``), and not an IPv4-mapped one (``[::ffff:127.0.0.1]``: use the IPv4 form); a name
+    may end in one dot (``shop.example.``, the same host: RFC 1034 §3.1)."""
     m = _HOST_HEADER.match(host)
     if m is None:
         return False
     if m.group(1) is not None:
         try:
-            ipaddress.IPv6Address(m.group(1))
+            addr = ipaddress.IPv6Address(m.group(1))
         except ValueError:
+            return False
+        if addr.ipv4_mapped is not None:  # never a bound hostname: a mapped address is reached by its IPv4 form
             return False
     port = host.rsplit(":", 1)[1] if ":" in host and not host.endswith("]") else None
     return port is None or 0 < int(port) <= 65535
@@ -132,7 +135,8 @@ def public_origin(scheme: str, host: str, port: int | None = None) -> str:
         scheme: ``https`` or ``http`` (``settings.public_scheme``).
         host: a Host header value (``shop.example:8443``, ``[::1]:8080``) or a stored hostname
             (``shop.example``, ``::1``; an IPv6 literal is bracketed). A name's trailing dot is
-            dropped (``shop.example.`` is published as ``shop.example``, the name it is stored as).
+            dropped (``shop.example.`` is published as ``shop.example``, the name it is stored as)
+            and an IPv6 address is written compressed (``[0:0:0:0:0:0:0:1]`` as ``[::1]``).
         port: the configured public port (``settings.public_port``); None keeps the port ``host``
             carries, if any.
     Returns: the origin without a trailing slash; the scheme's default port (80/443) is left out
@@ -143,6 +147,10 @@ def public_origin(scheme: str, host: str, port: int | None = None) -> str:
         end = host.find("]")
         name, rest = host[: end + 1], host[end + 1 :]
         own = rest[1:] if rest.startswith(":") else ""
+        try:  # one spelling per address in what we publish, as stored (RFC 5952)
+            name = f"[{ipaddress.IPv6Address(name[1:-1]).compressed}]"
+        except ValueError:
+            pass
     elif host.count(":") == 1:
         name, own = host.split(":", 1)
     elif ":" in host:

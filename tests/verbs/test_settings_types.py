@@ -37,6 +37,8 @@ async def _state(database, shop) -> tuple:
         ({"daily_caps": {"WRITE_REVERSIBLE": 2.5}}, "verbs.daily_caps.WRITE_REVERSIBLE", "number"),
         ({"daily_caps": {"WRITE_REVERSIBLE": -1}}, "verbs.daily_caps.WRITE_REVERSIBLE", "number"),
         ({"daily_caps": {"WRITE_REVERSIBLE": True}}, "verbs.daily_caps.WRITE_REVERSIBLE", "boolean"),
+        # regression (security review): read as a cap, then the int4 counter failed every capped call
+        ({"daily_caps": {"WRITE_REVERSIBLE": 2**31}}, "verbs.daily_caps.WRITE_REVERSIBLE", "number"),
         # another class's cap is malformed: the table as a whole is refused
         ({"daily_caps": {"IRREVERSIBLE": {"max": 1}}}, "verbs.daily_caps.IRREVERSIBLE", "object"),
     ],
