@@ -110,7 +110,10 @@ def _count(value: Any, path: str, *, nullable: bool = False, most: int | None = 
         return None
     if type(value) is not int or value < 0 or (most is not None and value > most):
         bounds = "an integer >= 0" if most is None else f"an integer from 0 to {most}"
-        raise SettingError(path, bounds + (" or null" if nullable else ""), value)
+        bounds += " or null" if nullable else ""
+        # an integer out of range is a number, just not one of these: say which
+        out_of_range = f"must be {bounds}, not {value}" if type(value) is int else None
+        raise SettingError(path, bounds, value, out_of_range)
     return value
 
 

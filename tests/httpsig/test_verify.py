@@ -398,3 +398,23 @@ async def test_es384_key_accepted_when_allowed():
     assert got.algorithm == "ecdsa-p384-sha384"
     with pytest.raises(AlgorithmUnsupported):
         await ok(view(h, method="GET", target="/x", body=b""), res, policy=SignaturePolicy(allow_es384=False))
+
+
+def test_coverage_error_names_the_headers_the_request_lacks():
+    from multidict import CIMultiDict
+
+    from ucp_gateway.httpsig.verify import coverage_error
+
+    prefix = "signature does not cover required components: "
+    present = CIMultiDict({"Idempotency-Key": "k", "Content-Type": "application/json"})
+    assert str(coverage_error(("idempotency-key", "@path"), present)) == prefix + "idempotency-key @path"
+    one = CIMultiDict({"Content-Type": "application/json"})
+    assert (
+        str(coverage_error(("idempotency-key",), one)) == prefix + "idempotency-key (the request has no"
+        " Idempotency-Key header; UCP requires it here, covered by the signature)"
+    )
+    two = str(coverage_error(("idempotency-key", "content-type"), CIMultiDict()))
+    assert two.endswith(
+        "(the request has no Idempotency-Key and Content-Type headers;"
+        " UCP requires them here, covered by the signature)"
+    )

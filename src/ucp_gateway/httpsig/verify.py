@@ -243,7 +243,8 @@ def coverage_error(missing: tuple[str, ...], headers: Any) -> SignatureInvalid:
     why = ""
     if absent:
         names = " and ".join("-".join(w.capitalize() for w in n.split("-")) for n in absent)
-        why = f" (the request has no {names} header; UCP requires it here, covered by the signature)"
+        noun, it = ("header", "it") if len(absent) == 1 else ("headers", "them")
+        why = f" (the request has no {names} {noun}; UCP requires {it} here, covered by the signature)"
     return SignatureInvalid("signature does not cover required components: " + " ".join(missing) + why)
 
 
