@@ -210,6 +210,8 @@ async def test_staff_bearer_passes_required_signature_policy(client, database):
     # and with no credential at all the signature middleware asks for a signature
     none = await client.post("/api/v1/agent/dispatch", json=body, headers=host)
     assert none.status == 401 and (await none.json())["code"] == "signature_missing"
+    # ... and says how staff authenticate (newcomer: "request is not signed" never named the token)
+    assert "Authorization: Bearer <admin API token>" in (await none.json())["content"]
     # a bearer token does not exempt other company routes from signatures
     other = await client.get("/ucp/v1/orders/x", headers={**host, "Authorization": f"Bearer {tok}"})
     assert other.status == 401 and (await other.json())["code"] == "signature_missing"

@@ -287,6 +287,9 @@ async def signature_middleware(
                 sig = await verify_request(request_view(request, body, scheme), resolver, policy, now, replay)
         except GatewayError as exc:
             log.info("signature rejected", extra={"code": exc.code, "company": company.slug})
+            if exc.code == "signature_missing" and request.path.startswith(tuple(settings.httpsig_staff_prefixes)):
+                # a staff route: the caller more likely lacks its admin API token than a signature
+                exc = type(exc)("request is not signed; staff send Authorization: Bearer <admin API token> instead")
             return _error_response(exc)
         request[REQ_SIGNATURE] = sig
         request[REQ_PRINCIPAL] = _principal(company.id, sig.profile_url, sig.kid, "buyer", True, "agent")
