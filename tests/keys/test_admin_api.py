@@ -114,6 +114,10 @@ async def test_lifecycle_body_must_be_json(admin, database):
     for bad in (b"[]", b'"x"', b"1", b"null"):
         st, err = await call("POST", "/admin/v1/keys/rotate", "admin", data=bad, headers=ctype)
         assert st == 400 and err["code"] == "invalid_request", (bad, err)
+    # regression (newcomer): deep or NUL-holding JSON said only "body must be JSON"; now why, as elsewhere
+    for bad, why in ((b"[" * 100 + b"]" * 100, "nesting is too deep"), (b'{"reason": "\\u0000"}', "U+0000")):
+        st, err = await call("POST", "/admin/v1/keys/rotate", "admin", data=bad, headers=ctype)
+        assert st == 400 and err["content"].startswith("body must be JSON: ") and why in err["content"], err
     assert len(await list_key_events(database.pool, a.id)) == before
 
 

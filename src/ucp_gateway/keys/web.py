@@ -85,8 +85,8 @@ async def _reason(request: web.Request) -> str:
     require_json_body(request, raw)
     try:
         data = loads_strict(raw or b"{}")
-    except InvalidJson:
-        raise BadRequest("body must be JSON") from None
+    except InvalidJson as exc:  # its message says why (too deep, U+0000, ...), as on the other routes
+        raise BadRequest(f"body must be JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadRequest('body must be a JSON object, e.g. {"reason": "..."}')
     reason = data.get("reason", "")
