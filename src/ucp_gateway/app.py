@@ -7,6 +7,8 @@ through one ``setup(app)`` function listed in :data:`COMPONENTS`, in order.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -64,6 +66,35 @@ def _agent_graph_setup(app: web.Application) -> None:
     app[SUBAGENT_PROVIDER] = registry_subagent_provider(lambda name: listed(registry, surface="ucp", subagent=name))
 
 
+async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
+    from .retention import run_forever
+
+    s = app[SETTINGS]
+    task = None
+    if s.retention_interval > 0:
+        task = asyncio.create_task(
+            run_forever(
+                app[DATABASE].pool,
+                now=(app.get(CLOCK) or SystemClock()).now,
+                interval=s.retention_interval,
+                margin=s.retention_margin,
+                batch=s.retention_batch,
+            ),
+            name="ucpgw-retention",
+        )
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _retention_setup(app: web.Application) -> None:
+    app.cleanup_ctx.append(_retention_ctx)
+
+
 COMPONENTS: list[Callable[[web.Application], None]] = [
     _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug (issue 3)
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, fetcher, trust middleware (issue 4)
@@ -72,6 +103,7 @@ COMPONENTS: list[Callable[[web.Application], None]] = [
     _agent_graph_setup,  # sub-agent capability configs in /.well-known/ucp from the verb registry
     commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker
     transports_setup,  # /ucp/mcp (UCP MCP binding), /api/v1/webmcp/*; after verbs and commerce
+    _retention_setup,  # the sweeper of expired idempotency records, spent nonces, expired sessions
 ]
 
 

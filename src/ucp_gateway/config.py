@@ -192,6 +192,19 @@ class Settings(BaseSettings):
     )
     verbs_nonce_ttl: int = Field(default=300, ge=30, le=3600, description="Seconds a consent nonce lives.")
     verbs_idempotency_ttl: int = Field(default=86400, ge=3600, description="Seconds an idempotency key is kept.")
+    # --- retention (ucp_gateway.retention) ------------------------------------------------------
+    retention_interval: float = Field(
+        default=600.0,
+        ge=0,
+        description="Seconds between retention sweeps, which delete expired idempotency records, spent consent "
+        "nonces and expired WebMCP sessions; 0 turns the sweeper off (then delete them by other means).",
+    )
+    retention_margin: int = Field(
+        default=3600, ge=0, description="Seconds past its expiry a row is kept before the sweeper deletes it."
+    )
+    retention_batch: int = Field(
+        default=5000, ge=1, le=100_000, description="Rows the sweeper deletes per transaction."
+    )
     verbs_daily_caps: dict[str, Annotated[int, Field(ge=0, le=2**31 - 1)] | None] = Field(
         default_factory=lambda: {"WRITE_REVERSIBLE": 100, "WRITE_FINANCIAL": 25, "IRREVERSIBLE": 10},
         description="Company-wide daily caps per risk class (UTC day); a company's settings.verbs.daily_caps "

@@ -1,0 +1,204 @@
+"""The retention sweeper: expired rows go, live rows and rows within the margin stay, every company
+is swept in its own tenant context, one replica acts at a time, batches continue to the end."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import asyncpg
+import pytest
+
+from ucp_gateway import retention
+from ucp_gateway.config import Settings
+from ucp_gateway.db import tenant_tx
+from ucp_gateway.tenancy import create_company
+
+NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
+MARGIN = 3600
+
+
+def ago(seconds: int) -> dt.datetime:
+    return NOW - dt.timedelta(seconds=seconds)
+
+
+@pytest.fixture
+async def companies(database):
+    a = await create_company(database.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
+    b = await create_company(database.pool, slug="bolt", display_name="Bolt", hostnames=["bolt.example"])
+    return a, b
+
+
+async def _seed(pool, company_id, tag: str) -> None:
+    """Rows on both sides of each cutoff, keyed by a name saying which side."""
+    async with tenant_tx(pool, company_id) as conn:
+        for key, expires in (("expired", ago(MARGIN + 1)), ("in-margin", ago(MARGIN - 60)), ("live", NOW)):
+            await conn.execute(
+                "INSERT INTO verb_idempotency (company_id, principal, verb, key, args_digest, envelope, created_at,"
+                " expires_at) VALUES ($1, 'p', 'checkout.create', $2, 'd', '{}', $3, $3)",
+                company_id,
+                f"{tag}-{key}",
+                expires,
+            )
+            await conn.execute(
+                "INSERT INTO commerce_idempotency (company_id, caller, key, fingerprint, status_code, content_type,"
+                " body, created_at, expires_at) VALUES ($1, 'c', $2, '\\x00', 200, 'application/json', '\\x7b7d',"
+                " $3, $3)",
+                company_id,
+                f"{tag}-{key}",
+                expires,
+            )
+            await conn.execute(
+                "INSERT INTO verb_nonce_mismatches (company_id, nonce_id, mismatches, expires_at)"
+                " VALUES ($1, $2, 1, $3)",
+                company_id,
+                f"{tag}-{key}",
+                expires,
+            )
+            await conn.execute(
+                "INSERT INTO webmcp_sessions (id, company_id, token_hash, subject, role, created_at, expires_at)"
+                " VALUES ($1, $2, $3, 's', 'employee', $4::timestamptz - interval '1 hour', $4)",
+                uuid.uuid4(),
+                company_id,
+                uuid.uuid4().bytes * 2,
+                expires,
+            )
+        # a spent nonce may be replayed until it expires: used_at + the longest nonce life
+        for key, used in (
+            ("expired", ago(MARGIN + retention.NONCE_TTL_MAX + 1)),
+            ("in-margin", ago(MARGIN + retention.NONCE_TTL_MAX - 60)),
+            ("live", ago(60)),
+        ):
+            await conn.execute(
+                "INSERT INTO verb_nonces (company_id, nonce_id, used_at) VALUES ($1, $2, $3)",
+                company_id,
+                f"{tag}-{key}",
+                used,
+            )
+
+
+async def _keys(pool, company_id) -> dict[str, set[str]]:
+    async with tenant_tx(pool, company_id) as conn:
+        return {
+            "verb_idempotency": {r[0] for r in await conn.fetch("SELECT key FROM verb_idempotency")},
+            "commerce_idempotency": {r[0] for r in await conn.fetch("SELECT key FROM commerce_idempotency")},
+            "verb_nonce_mismatches": {r[0] for r in await conn.fetch("SELECT nonce_id FROM verb_nonce_mismatches")},
+            "verb_nonces": {r[0] for r in await conn.fetch("SELECT nonce_id FROM verb_nonces")},
+            "webmcp_sessions": {
+                "a-live" if r[0] >= NOW else "a-in-margin" if r[0] > ago(MARGIN) else "a-expired"
+                for r in await conn.fetch("SELECT expires_at FROM webmcp_sessions")
+            },
+        }
+
+
+def test_cutoff_adds_the_rule_extra_to_the_margin():
+    idem = next(r for r in retention.RULES if r.table == "verb_idempotency")
+    nonces = next(r for r in retention.RULES if r.table == "verb_nonces")
+    assert retention.cutoff(idem, NOW, 60) == NOW - dt.timedelta(seconds=60)
+    assert retention.cutoff(nonces, NOW, 60) == NOW - dt.timedelta(seconds=60 + retention.NONCE_TTL_MAX)
+
+
+def test_nonce_ttl_max_is_the_settings_bound():
+    """A nonce row must outlive any nonce: the sweeper's bound is the setting's upper bound."""
+    bound = next(m.le for m in Settings.model_fields["verbs_nonce_ttl"].metadata if hasattr(m, "le"))
+    assert retention.NONCE_TTL_MAX == bound
+
+
+async def test_run_once_deletes_only_expired_rows_of_every_company(database, companies):
+    a, b = companies
+    await _seed(database.pool, a.id, "a")
+    await _seed(database.pool, b.id, "b")
+    done = await retention.run_once(database.pool, now=NOW, margin=MARGIN, batch=1000)
+    assert done == {slug: {rule.table: 1 for rule in retention.RULES} for slug in ("acme", "bolt")}
+    for company, tag in ((a, "a"), (b, "b")):
+        left = await _keys(database.pool, company.id)
+        for table, keys in left.items():
+            want = {"a-in-margin", "a-live"} if table == "webmcp_sessions" else {f"{tag}-in-margin", f"{tag}-live"}
+            assert keys == want, table
+    # a second round finds nothing
+    assert await retention.run_once(database.pool, now=NOW, margin=MARGIN, batch=1000) == {}
+
+
+async def test_batches_continue_until_every_expired_row_is_gone(database, companies):
+    a, _ = companies
+    async with tenant_tx(database.pool, a.id) as conn:
+        await conn.executemany(
+            "INSERT INTO verb_nonces (company_id, nonce_id, used_at) VALUES ($1, $2, $3)",
+            [(a.id, f"n{i}", ago(MARGIN + retention.NONCE_TTL_MAX + 10)) for i in range(7)],
+        )
+    done = await retention.sweep_company(database.pool, a.id, now=NOW, margin=MARGIN, batch=2)
+    assert done == {"verb_nonces": 7}
+    # max_batches bounds one round's work; the rest waits for the next round
+    async with tenant_tx(database.pool, a.id) as conn:
+        await conn.executemany(
+            "INSERT INTO verb_nonces (company_id, nonce_id, used_at) VALUES ($1, $2, $3)",
+            [(a.id, f"m{i}", ago(MARGIN + retention.NONCE_TTL_MAX + 10)) for i in range(7)],
+        )
+    assert await retention.sweep_company(database.pool, a.id, now=NOW, margin=MARGIN, batch=2, max_batches=2) == {
+        "verb_nonces": 4
+    }
+    async with tenant_tx(database.pool, a.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM verb_nonces") == 3
+
+
+async def test_another_replica_holding_the_lock_skips_the_round(database, db_settings, companies):
+    a, _ = companies
+    await _seed(database.pool, a.id, "a")
+    other = await asyncpg.connect(db_settings.database_url)
+    try:
+        assert await other.fetchval("SELECT pg_try_advisory_lock($1)", retention.LOCK_KEY)
+        assert await retention.run_once(database.pool, now=NOW, margin=MARGIN, batch=1000) is None
+        assert "a-expired" in (await _keys(database.pool, a.id))["verb_idempotency"]
+    finally:
+        await other.close()
+    assert await retention.run_once(database.pool, now=NOW, margin=MARGIN, batch=1000) == {
+        "acme": {rule.table: 1 for rule in retention.RULES}
+    }
+
+
+async def test_the_running_app_sweeps_on_its_interval(aiohttp_client, database, db_settings, companies):
+    """create_app starts the sweeper (real clock): an expired record goes within a few intervals."""
+    import asyncio
+
+    from ucp_gateway.app import create_app
+
+    a, _ = companies
+    real_now = dt.datetime.now(dt.UTC)
+    async with tenant_tx(database.pool, a.id) as conn:
+        for key, expires in (("old", real_now - dt.timedelta(days=3)), ("live", real_now + dt.timedelta(days=1))):
+            await conn.execute(
+                "INSERT INTO verb_idempotency (company_id, principal, verb, key, args_digest, envelope, created_at,"
+                " expires_at) VALUES ($1, 'p', 'checkout.create', $2, 'd', '{}', $3, $3)",
+                a.id,
+                key,
+                expires,
+            )
+    settings = db_settings.model_copy(update={"retention_interval": 0.05})
+    await aiohttp_client(create_app(settings, database=database))
+    for _ in range(100):
+        keys = (await _keys(database.pool, a.id))["verb_idempotency"]
+        if keys == {"live"}:
+            break
+        await asyncio.sleep(0.05)
+    assert keys == {"live"}
+
+
+async def test_interval_zero_starts_no_sweeper(aiohttp_client, database, db_settings, companies):
+    import asyncio
+
+    from ucp_gateway.app import create_app
+
+    a, _ = companies
+    async with tenant_tx(database.pool, a.id) as conn:
+        await conn.execute(
+            "INSERT INTO verb_idempotency (company_id, principal, verb, key, args_digest, envelope, created_at,"
+            " expires_at) VALUES ($1, 'p', 'checkout.create', 'old', 'd', '{}', $2, $2)",
+            a.id,
+            dt.datetime.now(dt.UTC) - dt.timedelta(days=3),
+        )
+    await aiohttp_client(create_app(db_settings.model_copy(update={"retention_interval": 0}), database=database))
+    assert not any(t.get_name() == "ucpgw-retention" for t in asyncio.all_tasks())
+    await asyncio.sleep(0.2)
+    assert (await _keys(database.pool, a.id))["verb_idempotency"] == {"old"}
+    with pytest.raises(ValueError):
+        Settings(retention_interval=-1)
