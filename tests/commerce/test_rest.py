@@ -387,3 +387,21 @@ async def test_a_host_with_an_invalid_port_is_refused_and_writes_nothing(client,
         assert await conn.fetchval("SELECT count(*) FROM checkout_sessions") == before
     r = await client.post(url("/checkout-sessions"), json=payload(), headers={**headers(key=new_key())})
     assert r.status == 201  # the test client's own Host (127.0.0.1:<port>) is fine
+
+
+async def test_integral_numbers_are_integers_and_huge_quantities_stay_recoverable(client):
+    """JSON Schema 2020-12 (UCP's schemas) counts 2.0 as an integer: it is quantity 2 (it was a 400).
+    A quantity beyond any stock is refused with the bound (MAX_QUANTITY), never a 500."""
+    r, body = await _create(client, payload(qty=2.0))
+    assert r.status == 201 and body["line_items"][0]["quantity"] == 2, body
+    assert body["line_items"][0]["totals"][0]["amount"] == 2 * body["line_items"][0]["item"]["price"]
+    r, body = await _create(client, payload(qty=2.5))
+    assert r.status == 400 and body["code"] == "invalid_request" and "quantity" in body["content"], body
+    r, body = await _create(client, payload(qty=10**9))  # as qty=100000 above: more than the stock
+    assert r.status == 200 and [m["code"] for m in body["messages"]] == ["out_of_stock"], body
+    for qty in (10**9 + 1, 10**30, 1e300):  # 1e300: pydantic said "Unable to parse input string ..."
+        r, body = await _create(client, payload(qty=qty))
+        assert r.status == 400 and body == {
+            "code": "invalid_request",
+            "content": "$.line_items.0.quantity: at most 1000000000",
+        }

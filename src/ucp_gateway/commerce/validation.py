@@ -53,22 +53,28 @@ def _validate(model: type[BaseModel], data: Any, where: str) -> BaseModel:
 # Bounds the UCP schemas leave open: a checkout is priced, stored and echoed on every call, so an
 # unbounded list is a cheap way to make each call expensive (10,000 line items took ~300 ms).
 MAX_LINE_ITEMS = 100
+MAX_QUANTITY = 10**9  # no stock reaches it (inventory counts are int4); beyond it pydantic's own errors were odd
 MAX_DISCOUNT_CODES = 20
 MAX_CODE_LENGTH = 64
 
 
 def _check_bounds(data: dict[str, Any]) -> None:
     """What the models do not check: quantities are JSON integers (pydantic's lax mode would read
-    ``true`` as 1 and ``"3"`` as 3; the schema says integer), and the list bounds above.
-    Raises InvalidRequest naming the path."""
+    ``true`` as 1 and ``"3"`` as 3; the schema says integer, which in JSON Schema 2020-12 §6.1.1 is
+    any number with a zero fractional part, so ``2.0`` is 2 and the model reads it so), at most
+    MAX_QUANTITY, and the list bounds above. Raises InvalidRequest naming the path."""
     items = data.get("line_items")
     if isinstance(items, list):
         if len(items) > MAX_LINE_ITEMS:
             raise InvalidRequest(f"$.line_items: at most {MAX_LINE_ITEMS} line items")
         for i, li in enumerate(items):
             q = li.get("quantity") if isinstance(li, dict) else None
-            if q is not None and type(q) is not int:
+            if q is None:
+                continue
+            if type(q) is not int and not (type(q) is float and q.is_integer()):
                 raise InvalidRequest(f"$.line_items.{i}.quantity: Input should be a valid integer")
+            if q > MAX_QUANTITY:
+                raise InvalidRequest(f"$.line_items.{i}.quantity: at most {MAX_QUANTITY}")
     discounts = data.get("discounts")
     codes = discounts.get("codes") if isinstance(discounts, dict) else None
     if isinstance(codes, list):
@@ -106,9 +112,9 @@ def parse_state(data: dict[str, Any], *, update: bool) -> dict[str, Any]:
 
     Returns: ``{"line_items": [{"id"?, "item": {"id"}, "quantity"}], "buyer"?, "context"?,
     "attribution"?, "fulfillment"?, "discounts"?: {"codes"}, "payment"?: {"instruments"}}``.
-    Raises: InvalidRequest (HTTP 400) naming the first offending field, e.g. a quantity below 1 or
-    not a JSON integer, more than MAX_LINE_ITEMS line items, or more than MAX_DISCOUNT_CODES codes
-    or a code over MAX_CODE_LENGTH characters.
+    Raises: InvalidRequest (HTTP 400) naming the first offending field, e.g. a quantity below 1,
+    above MAX_QUANTITY or not a JSON integer, more than MAX_LINE_ITEMS line items, or more than
+    MAX_DISCOUNT_CODES codes or a code over MAX_CODE_LENGTH characters.
     """
     model = CheckoutUpdateRequest if update else CheckoutCreateRequest
     _check_bounds(data)
