@@ -247,6 +247,31 @@ async def test_settings_that_are_no_json_object_fail_closed_with_a_json_error(
     assert [(c.slug, c.settings) for c in await list_companies(database.pool)] == [("fine", {}), ("odd", {})]
 
 
+async def test_a_bad_row_is_logged_once_per_window_by_directory_listings(database, db_settings, monkeypatch):
+    """Regression: every directory listing (the public agent graph on the platform host, each
+    scheduler round) logged company_settings_invalid again, a line per anonymous request."""
+    from structlog.testing import capture_logs
+
+    from ucp_gateway import tenancy
+
+    odd = await create_company(database.pool, slug="odd", display_name="Odd", hostnames=["odd.example"])
+    await _break_settings(db_settings, odd.id, "[]")
+    monkeypatch.setattr(tenancy, "_listed_logged", {})
+    with capture_logs() as logs:
+        for _ in range(3):
+            assert [c.slug for c in await list_companies(database.pool)] == ["odd"]
+    assert [(e["event"], e["slug"], e["json_type"]) for e in logs] == [("company_settings_invalid", "odd", "array")]
+    # the window passes: logged again; serving it is logged every time (each request is refused)
+    tenancy._listed_logged[(odd.id, "array")] -= tenancy._LISTED_LOG_EVERY
+    with capture_logs() as logs:
+        await list_companies(database.pool)
+        await list_companies(database.pool)
+        for _ in range(2):
+            with pytest.raises(CompanyMisconfigured):
+                await get_company(database.pool, "odd")
+    assert [e["event"] for e in logs] == ["company_settings_invalid"] * 3
+
+
 async def test_settings_nested_too_deep_fail_closed_for_that_company_only(aiohttp_client, database, db_settings):
     """Regression (security review): settings nested ~3,000 deep (an operator's SQL; PostgreSQL keeps
     them) raised RecursionError in the row decoder: that company answered 500 internal_error, and

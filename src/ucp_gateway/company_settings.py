@@ -18,7 +18,9 @@ settings are no object). Its known sections, their types, and what a reader does
 A JSON null, or a missing key, anywhere on a path is absent. "Refused" is :class:`CompanyMisconfigured`
 (HTTP 500 ``company_misconfigured``, a JSON body naming the settings path) for the requests that
 need the section; the company's other requests go on. Each fault is logged once per loaded row and
-reader as ``company_settings_invalid`` (company id, slug, path, JSON type; never the value).
+reader as ``company_settings_invalid`` (company id, slug, path, JSON type; never the value); settings
+that are no object at all, by a directory listing (``tenancy.list_companies``), once per company
+and 10 minutes per process.
 """
 
 from __future__ import annotations

@@ -165,11 +165,24 @@ def public_origin(scheme: str, host: str, port: int | None = None) -> str:
     return f"{scheme}://{name}:{port}"
 
 
+# (company id, JSON type) -> when a directory listing last logged it (time.monotonic()): a listing
+# (the public agent graph, every scheduler round) reads every row, so one bad row would log a line
+# per anonymous request; it is logged once per _LISTED_LOG_EVERY seconds instead
+_listed_logged: dict[tuple[UUID, str], float] = {}
+_LISTED_LOG_EVERY = 600.0
+
+
 def _row_to_company(r: asyncpg.Record, hosts: list[str], *, serving: bool = True) -> Company:
     settings = r["settings"]
     if type(settings) is not dict:  # an operator's SQL (a row older than migration 0057's CHECK)
         kind = json_type(settings)
-        _log.error("company_settings_invalid", company_id=str(r["id"]), slug=r["slug"], json_type=kind)
+        key, now = (r["id"], kind), time.monotonic()
+        if serving or now - _listed_logged.get(key, -_LISTED_LOG_EVERY) >= _LISTED_LOG_EVERY:
+            if not serving:
+                if len(_listed_logged) >= 1024:  # bounded: a clear only costs a line per bad row
+                    _listed_logged.clear()
+                _listed_logged[key] = now
+            _log.error("company_settings_invalid", company_id=str(r["id"]), slug=r["slug"], json_type=kind)
         if serving:  # fail closed: nothing is served with settings the gateway cannot read
             raise CompanyMisconfigured(f"company {r['slug']!r} is misconfigured: its settings are a JSON {kind}")
         settings = {}  # a directory listing: no reader of it uses settings
