@@ -128,3 +128,12 @@ def test_generated_request_ids_are_unique_across_refills():
     _IDS.clear()
     ids = [_new_request_id() for _ in range(1000)]  # about four 4 KiB buffers
     assert len(set(ids)) == 1000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+async def test_json_answers_and_errors_carry_one_content_type(client):
+    """Regression: errors rendered with aiohttp's json_response said ``application/json;
+    charset=utf-8`` while data said ``application/json`` (RFC 8259 §11 defines no charset)."""
+    for path, status in (("/healthz", 200), ("/nope", 404), ("/_test/boom", 500), ("/_test/conflict", 409)):
+        r = await client.get(path)
+        assert r.status == status and r.headers["Content-Type"] == "application/json", (path, r.headers)
+        assert isinstance(await r.json(), dict)

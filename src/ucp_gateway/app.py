@@ -23,6 +23,7 @@ from .config import Settings
 from .db import Database
 from .db.database import connect_database
 from .discovery.web import setup as discovery_setup
+from .mediatype import json_response
 from .middleware import (
     ACCESS_LOG,
     ACCESS_LOG_ON,
@@ -109,7 +110,7 @@ COMPONENTS: list[Callable[[web.Application], None]] = [
 
 async def healthz(request: web.Request) -> web.Response:
     """Liveness: the process answers. Never touches the database."""
-    return web.json_response({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -117,7 +118,7 @@ async def readyz(request: web.Request) -> web.Response:
     ok, reason = await request.app[DATABASE].ready()
     if not ok:
         return json_error(503, "not_ready", reason, {"Retry-After": "1"})
-    return web.json_response({"status": "ready"})
+    return json_response({"status": "ready"})
 
 
 def create_app(

@@ -1,4 +1,5 @@
-"""Request media type checks for the JSON routes (UCP REST binding, verb dispatch, admin API).
+"""Request media type checks for the JSON routes (UCP REST binding, verb dispatch, admin API), and
+:func:`json_response`, how the gateway labels the JSON it answers.
 
 UCP REST (overview, "Transport: REST"): request and response bodies are ``application/json``. A body
 sent under another type is refused with 415 rather than parsed anyway (RFC 9110 §15.5.16), so a
@@ -10,13 +11,24 @@ against its own label (RFC 8259 §11 defines no ``charset`` for the type; ``utf-
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from typing import Any
+
 from aiohttp import web
 
 from .errors import GatewayError
 
-__all__ = ["JSON_MEDIA_TYPE", "UnsupportedMediaType", "json_type_problem", "require_json_body"]
+__all__ = ["JSON_MEDIA_TYPE", "UnsupportedMediaType", "json_response", "json_type_problem", "require_json_body"]
 
 JSON_MEDIA_TYPE = "application/json"
+
+
+def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    """``data`` as ``json.dumps`` writes it, labelled ``application/json`` with no ``charset``
+    parameter (RFC 8259 §11 defines none), as every other JSON answer of the gateway is labelled;
+    ``aiohttp.web.json_response`` adds ``; charset=utf-8``, so errors and data were labelled two ways."""
+    return web.Response(body=json.dumps(data).encode(), status=status, headers=headers, content_type=JSON_MEDIA_TYPE)
 
 
 class UnsupportedMediaType(GatewayError):

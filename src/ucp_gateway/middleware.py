@@ -46,6 +46,7 @@ from multidict import istr
 from .appkeys import DATABASE, REQ_COMPANY, REQ_REQUEST_ID
 from .errors import BadRequest, GatewayError
 from .logs import REQUEST_ID_VAR
+from .mediatype import json_response
 from .tenancy import HostCache, valid_host_header
 
 __all__ = [
@@ -111,7 +112,7 @@ _HTTP_CODES = {
 
 def json_error(status: int, code: str, content: str, headers: dict[str, str] | None = None) -> web.Response:
     """A UCP protocol-error response: ``{"code": code, "content": content}`` with ``status``."""
-    return web.json_response({"code": code, "content": content}, status=status, headers=headers)
+    return json_response({"code": code, "content": content}, status=status, headers=headers)
 
 
 _IDS: list[str] = []  # ready request ids, taken from the end (list.pop: no Python call per request)
@@ -167,7 +168,7 @@ def _map_error(request: web.Request, exc: Exception) -> web.Response:
     logs the active exception). Re-raises HTTP exceptions that are not errors (< 400) or are JSON."""
     if isinstance(exc, GatewayError):
         headers = {"Retry-After": "1"} if exc.http_status in (429, 503) else None
-        return web.json_response(exc.to_body(), status=exc.http_status, headers=headers)
+        return json_response(exc.to_body(), status=exc.http_status, headers=headers)
     if isinstance(exc, web.HTTPException):
         if exc.status < 400 or exc.content_type == "application/json":
             raise exc

@@ -37,6 +37,7 @@ from ..config import Settings
 from ..errors import ConfigError, GatewayError
 from ..httpsig.web import KEY_RESOLVER
 from ..keys import published_jwks
+from ..mediatype import json_response
 from ..middleware import PUBLIC_FAST_PATHS, PublicPath
 from ..tenancy import (
     Company,
@@ -260,7 +261,7 @@ async def _render(app: web.Application, request: web.Request) -> _Entry:
 
 
 def _bad_host() -> web.Response:
-    return web.json_response({"code": "invalid_request", "content": "invalid Host header"}, status=400)
+    return json_response({"code": "invalid_request", "content": "invalid Host header"}, status=400)
 
 
 async def well_known_ucp(request: web.Request) -> web.Response:
@@ -330,7 +331,7 @@ async def agent_graph(request: web.Request) -> web.Response:
     try:
         after = decode_cursor(cursor) if cursor else None
     except GatewayError as exc:
-        return web.json_response(exc.to_body(), status=exc.http_status)
+        return json_response(exc.to_body(), status=exc.http_status)
     page = await _graph_page(request.app, request.host.lower(), after)
     body = json.dumps(page, separators=(",", ":")).encode()
     return _hosted(request, body, make_etag(body), JSON, request.app[SETTINGS].profile_max_age)
@@ -342,7 +343,7 @@ def _document_handler(kind: str) -> Callable[[web.Request], Awaitable[web.Respon
         vendor = request.app[VENDOR]
         body = spec_document(vendor, name) if kind == "spec" else schema_document(vendor, name)
         if body is None:
-            return web.json_response({"code": "not_found", "content": "unknown document"}, status=404)
+            return json_response({"code": "not_found", "content": "unknown document"}, status=404)
         ctype = "text/markdown" if kind == "spec" else "application/schema+json"
         return _hosted(request, body, make_etag(body), ctype, request.app[SETTINGS].profile_max_age)
 

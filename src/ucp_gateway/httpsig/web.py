@@ -34,6 +34,7 @@ from ..company_settings import boolean, setting
 from ..config import Settings
 from ..db import COMMIT_PROBE, CommitProbe
 from ..errors import BadRequest, GatewayError
+from ..mediatype import json_response
 from ..tenancy import resolve_host
 from .fused import verify_fused
 from .policy import SignaturePolicy
@@ -171,7 +172,7 @@ def mark_for_signing(request: web.Request) -> None:
 
 
 def _error_response(exc: GatewayError) -> web.Response:
-    return web.json_response(exc.to_body(), status=exc.http_status)
+    return json_response(exc.to_body(), status=exc.http_status)
 
 
 async def sign_response(
@@ -250,7 +251,7 @@ async def signature_middleware(
             async with asyncio.timeout(settings.body_read_timeout):
                 body = await request.read()
         except TimeoutError:
-            return web.json_response(
+            return json_response(
                 {"code": "request_timeout", "content": "request body not received in time"}, status=408
             )
     request[REQ_RAW_BODY] = body

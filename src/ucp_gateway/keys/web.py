@@ -29,7 +29,7 @@ from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..clock import SystemClock
 from ..errors import BadRequest, ConfigError, GatewayError
 from ..jsonbody import InvalidJson, loads_strict
-from ..mediatype import require_json_body
+from ..mediatype import json_response, require_json_body
 from ..tenancy import resolve_host
 from .admin_tokens import AdminAuthError, StaffPrincipal, authenticate_admin, require_role
 from .envelope import KekRing
@@ -69,9 +69,9 @@ def _admin(floor: str) -> Callable[[Handler], Callable[[web.Request], Awaitable[
                     raise AdminAuthError("a valid admin bearer token is required")
                 request[REQ_PRINCIPAL] = principal
                 require_role(principal, floor)
-                return web.json_response(await fn(request, principal))
+                return json_response(await fn(request, principal))
             except GatewayError as exc:
-                return web.json_response(exc.to_body(), status=exc.http_status)
+                return json_response(exc.to_body(), status=exc.http_status)
 
         return handler
 

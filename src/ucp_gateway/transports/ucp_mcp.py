@@ -35,7 +35,7 @@ from .. import __version__
 from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..errors import BadRequest, GatewayError, NotFound
 from ..jsonbody import InvalidJson, loads_strict
-from ..mediatype import json_type_problem
+from ..mediatype import json_response, json_type_problem
 from ..verbs.decide import Call
 from ..verbs.manifest import listed, published
 from ..verbs.policy import Principal, is_blocked_name
@@ -225,19 +225,19 @@ def _origin_ok(request: web.Request) -> bool:
 def _rpc_response(outcome: jsonrpc.Outcome) -> web.Response:
     if outcome.body is None:
         return web.Response(status=202)
-    return web.json_response(outcome.body, status=outcome.http_status)
+    return json_response(outcome.body, status=outcome.http_status)
 
 
 async def mcp_post(request: web.Request) -> web.Response:
     """POST /ucp/mcp: one JSON-RPC message (or a 2025-03-26 batch)."""
     if not _origin_ok(request):
         err = RpcError(jsonrpc.UCP_PROTOCOL_ERROR, "Origin not allowed", {"code": "forbidden"}, http_status=403)
-        return web.json_response(jsonrpc.error_response(None, err), status=403)
+        return json_response(jsonrpc.error_response(None, err), status=403)
     version = request.headers.get("MCP-Protocol-Version")
     if version is not None and version not in PROTOCOL_VERSIONS:
         err = RpcError(jsonrpc.INVALID_REQUEST, f"unsupported MCP-Protocol-Version {version[:40]!r}",
                        http_status=400)  # fmt: skip
-        return web.json_response(jsonrpc.error_response(None, err), status=400)
+        return json_response(jsonrpc.error_response(None, err), status=400)
     company = request.get(REQ_COMPANY)
     if company is None:
         raise NotFound("this host serves no company")
@@ -246,7 +246,7 @@ async def mcp_post(request: web.Request) -> web.Response:
     problem = json_type_problem(request) if body else None  # MCP Streamable HTTP: JSON-RPC is application/json
     if problem is not None:
         err = RpcError(jsonrpc.INVALID_REQUEST, problem, {"code": "unsupported_media_type"}, http_status=415)
-        return web.json_response(jsonrpc.error_response(None, err), status=415)
+        return json_response(jsonrpc.error_response(None, err), status=415)
     handlers = _Handlers(request, company, principal)
     return _rpc_response(
         await jsonrpc.handle_payload(body, handlers.methods(), allow_batch=jsonrpc.batch_allowed(version))
@@ -280,7 +280,7 @@ async def mcp_error_wrapper(request: web.Request, handler) -> web.StreamResponse
         resp = await handler(request)
     except web.HTTPException as exc:
         rid = {"Request-Id": exc.headers["Request-Id"]} if "Request-Id" in exc.headers else None
-        resp = web.json_response({"code": "invalid_request", "content": exc.reason}, status=exc.status, headers=rid)
+        resp = json_response({"code": "invalid_request", "content": exc.reason}, status=exc.status, headers=rid)
     if resp.status < 400 or not isinstance(resp, web.Response) or not isinstance(resp.body, bytes):
         return resp
     try:
@@ -298,7 +298,7 @@ async def mcp_error_wrapper(request: web.Request, handler) -> web.StreamResponse
         raw = await request.read()
     except (web.HTTPException, OSError, ValueError):  # body too large or already consumed
         raw = b""
-    out = web.json_response(jsonrpc.error_response(_request_id(raw), err), status=err.http_status)
+    out = json_response(jsonrpc.error_response(_request_id(raw), err), status=err.http_status)
     for h in ("Retry-After", "WWW-Authenticate", "Request-Id"):
         if h in resp.headers:
             out.headers[h] = resp.headers[h]

@@ -30,7 +30,7 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
 from ..errors import BadRequest, NotFound
 from ..jsonbody import InvalidJson, loads_strict
-from ..mediatype import require_json_body
+from ..mediatype import json_response, require_json_body
 from ..verbs.decide import Call
 from ..verbs.manifest import listed
 from ..verbs.policy import Principal, RiskClass
@@ -93,7 +93,7 @@ async def create(request: web.Request) -> web.Response:
         app[DATABASE].pool, company.id, subject=principal.subject, role=principal.role, now=now, ttl=ttl
     )
     csrf = csrf_for(token)
-    resp = web.json_response({"csrf_token": csrf, "expires_at": session.expires_at.isoformat(), "role": session.role})
+    resp = json_response({"csrf_token": csrf, "expires_at": session.expires_at.isoformat(), "role": session.role})
     resp.set_cookie(COOKIE_NAME, token, max_age=ttl, path=BASE, secure=True, httponly=True, samesite="Lax")
     resp.set_cookie(CSRF_COOKIE_NAME, csrf, max_age=ttl, path="/", secure=True, httponly=False, samesite="Lax")
     resp.headers["Cache-Control"] = "no-store"
@@ -130,7 +130,7 @@ async def manifest(request: web.Request) -> web.Response:
         except NameNotPortable:
             continue
     body = {"surface": page, "execute": BASE + "/execute/{tool}", "tools": tools}
-    return web.json_response(body, headers={"Cache-Control": "private, max-age=60"})
+    return json_response(body, headers={"Cache-Control": "private, max-age=60"})
 
 
 def _parse_execute(raw: bytes) -> Mapping[str, Any]:
@@ -159,12 +159,12 @@ async def execute(request: web.Request) -> web.Response:
     if rt.registry.get(verb) is not None and verb not in {v.name for v in page_verbs(rt.registry, page)}:
         env = {"ok": False, "verb": verb, "error": {"reason": "surface_not_allowed",
                "message": f"{verb} is not offered on the {page} page."}}  # fmt: skip
-        return web.json_response(env)
+        return json_response(env)
     principal = Principal("staff", company.id, session.role, session.subject, "webmcp")
     call = Call(verb, body.get("input", {}), body.get("confirm", False), body.get("typed_phrase"),
                 body.get("nonce"), body.get("idempotency_key"))  # fmt: skip
     env = await rt.dispatcher.dispatch(principal, call, company=company)
-    return web.json_response(env, headers={"Cache-Control": "no-store"})
+    return json_response(env, headers={"Cache-Control": "no-store"})
 
 
 async def script(request: web.Request) -> web.Response:

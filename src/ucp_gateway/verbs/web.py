@@ -22,7 +22,7 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
 from ..discovery.caching import etag_matches
 from ..jsonbody import InvalidJson, loads_strict
-from ..mediatype import UnsupportedMediaType, require_json_body
+from ..mediatype import UnsupportedMediaType, json_response, require_json_body
 from ..tenancy import SUBAGENTS, resolve_host
 from .auth import Authenticator, default_authenticator
 from .decide import Call
@@ -52,7 +52,7 @@ VERBS = web.AppKey("verbs", VerbsRuntime)
 
 def _envelope(status: int, verb: str, reason: str, message: str) -> web.Response:
     body = {"ok": False, "verb": verb, "error": {"reason": reason, "message": message}}
-    return web.json_response(body, status=status)
+    return json_response(body, status=status)
 
 
 async def manifest(request: web.Request) -> web.Response:
@@ -89,7 +89,7 @@ async def verb_detail(request: web.Request) -> web.Response:
     if not found:
         return _envelope(404, name[:100], "unknown_verb", f"No verb named {name!r}.")
     headers = {"Cache-Control": f"public, max-age={request.app[SETTINGS].verbs_manifest_max_age}"}
-    return web.json_response(dict(found[0].record), headers=headers)
+    return json_response(dict(found[0].record), headers=headers)
 
 
 _CALL_FIELDS = ("verb", "args", "confirm", "typed_phrase", "nonce", "idempotency_key")
@@ -161,7 +161,7 @@ async def dispatch(request: web.Request) -> web.Response:
     dispatcher = app[VERBS].dispatcher
     assert dispatcher is not None, "verbs runtime not started"
     env = await dispatcher.dispatch(principal, call, company=company)
-    return web.json_response(env)
+    return json_response(env)
 
 
 async def _runtime(app: web.Application) -> AsyncIterator[None]:
