@@ -405,3 +405,44 @@ async def test_integral_numbers_are_integers_and_huge_quantities_stay_recoverabl
             "code": "invalid_request",
             "content": "$.line_items.0.quantity: at most 1000000000",
         }
+
+
+async def test_a_credential_sent_on_create_or_update_is_stored_nowhere(client, database, db_settings, company):
+    """Regression (security review): create and update recorded their request body in the
+    append-only audit log, so a payment credential riding along (UCP allows instruments on both)
+    was kept for ever. Now no table holds it, and the audit rows keep only the arguments' digest."""
+    import asyncpg
+
+    secret = "tok_SECRET_CARD_4242"
+    body = payload(**pay(token=secret))
+    r, created = await _create(client, body)
+    assert r.status == 201 and secret not in json.dumps(created), created
+    r = await client.put(
+        url(f"/checkout-sessions/{created['id']}"),
+        json={**payload(), **pay(token=secret + "_2")},
+        headers=headers(key=new_key()),
+    )
+    assert r.status == 200 and secret not in await r.text()
+    owner = await asyncpg.connect(db_settings.database_url)
+    try:
+        tables = [
+            r[0]
+            for r in await owner.fetch(
+                "SELECT quote_ident(table_name) FROM information_schema.tables WHERE table_schema = 'public'"
+            )
+        ]
+        holding = [
+            t
+            for t in tables
+            if await owner.fetchval(f"SELECT count(*) FROM {t} x WHERE x::text LIKE $1", f"%{secret}%")
+        ]
+        audit = await owner.fetch(
+            "SELECT verb, entry FROM verb_audit_log WHERE verb LIKE 'checkout.%' ORDER BY audit_id"
+        )
+    finally:
+        await owner.close()
+    assert holding == []
+    assert [a["verb"] for a in audit] == ["checkout.create", "checkout.update"]
+    for a in audit:
+        entry = json.loads(a["entry"])
+        assert "args" not in entry and len(entry["args_digest"]) == 64, entry

@@ -10,8 +10,9 @@ The buyer agent's principal is ``Principal(kind="buyer", role="buyer", subject=<
 never counted against company caps (architecture.md "Two kinds of principal"). Arguments carry the
 HTTP method, path and raw body text, so the dispatcher's idempotency digest covers exactly what UCP
 asks (raw body, method, path; caller = principal scope). The result carries the HTTP status and the
-exact body text, so a replay is byte-identical. ``checkout.complete`` keeps its arguments out of
-the audit row (they hold the payment credential); only their digest is recorded.
+exact body text, so a replay is byte-identical. The writes keep their arguments out of the audit row
+(the body may hold a payment credential, on complete and also on create or update, and the buyer's
+personal data; the append-only chain cannot forget either): only their digest is recorded.
 """
 
 from __future__ import annotations
@@ -140,7 +141,9 @@ def provide(registry: Registry, *, daily_completes: int | None = None) -> None:
             else None,
             principals=frozenset({"buyer"}),
             subagent="sales",
-            audit_args=name != "checkout.complete",
+            # a body may hold a payment credential (also on create and update: UCP lets instruments
+            # ride along) and the buyer's personal data; the audit chain can never forget either
+            audit_args=read,
             principal_limit=PrincipalLimit(calls=daily_completes)
             if name == "checkout.complete" and daily_completes
             else None,
