@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -119,6 +120,31 @@ async def test_batches_per_protocol_revision():
     assert only_notes.body is None and only_notes.http_status == 202
     assert jsonrpc.batch_allowed(None) and jsonrpc.batch_allowed("2025-03-26")
     assert not jsonrpc.batch_allowed("2025-06-18") and not jsonrpc.batch_allowed("2025-11-25")
+
+
+async def test_a_batch_is_bounded_and_yields_between_requests():
+    """Regression (security review): a batch had no bound (1 MiB of tools/list asked for ~540 MB of
+    answer) and ran every request without yielding, so a handler that never awaits held the loop."""
+    item = {"jsonrpc": "2.0", "id": 1, "method": "echo"}
+    full = await run([item] * jsonrpc.MAX_BATCH, allow_batch=True)
+    assert full.http_status == 200 and len(full.body) == jsonrpc.MAX_BATCH
+    over = await run([item] * (jsonrpc.MAX_BATCH + 1), allow_batch=True)
+    assert over.http_status == 400 and over.body["error"]["code"] == -32600
+    assert over.body["error"]["message"] == f"a batch holds at most {jsonrpc.MAX_BATCH} requests"
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    t = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    await run([item] * jsonrpc.MAX_BATCH, allow_batch=True)  # _echo never awaits
+    t.cancel()
+    assert ticks - before >= jsonrpc.MAX_BATCH - 1
 
 
 class _Err(GatewayError):

@@ -20,6 +20,7 @@ operator's settings, said as such: its message names a settings path, nothing in
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,9 @@ _SIGNATURE_FORMAT_CODES = frozenset({"digest_mismatch", "algorithm_unsupported"}
 _DISCOVERY_CODES = frozenset({"invalid_profile_url", "profile_unreachable", "profile_malformed", "version_unsupported"})
 # revisions that allow JSON-RPC batches (MCP 2025-03-26 added them, 2025-06-18 removed them)
 _BATCH_REVISIONS = frozenset({"2025-03-26"})
+#: Requests per batch (JSON-RPC 2.0 sets no bound): a 1 MiB batch of tools/list asked for ~540 MB of
+#: answer and held the event loop for seconds (security review); an agent needs a handful.
+MAX_BATCH = 32
 
 
 class RpcError(Exception):
@@ -223,11 +227,15 @@ async def handle_payload(
         if not payload:
             err = RpcError(INVALID_REQUEST, "empty batch", http_status=400)
             return Outcome(error_response(None, err), 400)
+        if len(payload) > MAX_BATCH:
+            err = RpcError(INVALID_REQUEST, f"a batch holds at most {MAX_BATCH} requests", http_status=400)
+            return Outcome(error_response(None, err), 400)
         out = []
         for item in payload:
             resp, _ = await _run_one(item, methods, on_error)
             if resp is not None:
                 out.append(resp)
+            await asyncio.sleep(0)  # a handler that never awaits must not hold the event loop for the batch
         return Outcome(out or None, 200 if out else 202)
     resp, status = await _run_one(payload, methods, on_error)
     return Outcome(resp, status)
