@@ -8,12 +8,14 @@ Each test that asks for ``database`` gets its own database cloned from a migrate
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
 import pytest
+import structlog
 
 from ucp_gateway.config import Settings
 from ucp_gateway.db import Database
@@ -23,6 +25,20 @@ from ucp_gateway.db.embedded import start_embedded, stop_embedded
 from ucp_gateway.db.migrate import apply_migrations
 
 _TEMPLATE = f"ucpgw_tpl_{os.getpid()}"
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """Each test leaves logging as it found it. A test that runs the CLI configures structlog and the
+    root logger onto the stream of the moment (capsys's, closed after the test), and later tests
+    then failed with "I/O operation on closed file" wherever they logged."""
+    config = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.configure(**config)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
