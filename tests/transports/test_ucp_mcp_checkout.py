@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 from tests.commerce.conftest import Platform
 from ucp_gateway.app import create_app
 from ucp_gateway.clock import SystemClock
+from ucp_gateway.db import tenant_tx
 from ucp_gateway.demo.seed import seed_demo
 from ucp_gateway.keys import ensure_active_key
 from ucp_gateway.transports.agentkey import AgentKey
@@ -78,8 +79,8 @@ def _meta(agent, key=None):
     return m
 
 
-async def test_signed_mcp_checkout(signed_shop):
-    base, agent, _ = signed_shop
+async def test_signed_mcp_checkout(signed_shop, database):
+    base, agent, company = signed_shop
     async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
         async with streamable_http_client(base + "/ucp/mcp", http_client=http) as (r, w), ClientSession(r, w) as s:
             await s.initialize()
@@ -126,6 +127,39 @@ async def test_signed_mcp_checkout(signed_shop):
                 await s.call_tool("get_checkout", {"meta": {"ucp-agent": {"profile": "https://other.example/p"}},
                                                    "id": co["id"]})  # fmt: skip
             assert err.value.code == -32000
+    # Regression (security review): the tools ran the commerce service directly, with no audit row and
+    # their own idempotency records; now each call is a verb dispatch, as on the REST binding
+    async with tenant_tx(database.pool, company.id) as conn:
+        rows = await conn.fetch("SELECT verb, decision FROM verb_audit_log ORDER BY audit_id")
+        keyed = await conn.fetchval("SELECT count(*) FROM verb_idempotency WHERE key = $1", key)
+        direct = await conn.fetchval("SELECT count(*) FROM commerce_idempotency")
+    audit = [(r["verb"], r["decision"]) for r in rows]
+    writes = [v for v, d in audit if d == "allowed" and v.startswith(("checkout.c", "checkout.u"))]
+    assert writes == ["checkout.create", "checkout.update", "checkout.update", "checkout.complete"], audit
+    assert ("checkout.complete", "replayed") in audit and {"checkout.get", "orders.get"} <= {v for v, _ in audit}
+    assert keyed == 1 and direct == 0
+
+
+async def test_one_idempotency_key_is_one_request_across_rest_and_mcp(signed_shop):
+    """The MCP tools share the REST binding's idempotency store: a key used on REST and then on MCP
+    for another request is a conflict (409 -> -32000), not a second execution."""
+    base, agent, _ = signed_shop
+    key = str(uuid.uuid4())
+    create = {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        hdrs = {"UCP-Agent": f'profile="{agent.profile_url}"', "Content-Type": "application/json"}
+        body = json.dumps(create).encode()
+        signed = agent.sign("POST", base + "/ucp/v1/checkout-sessions", {**hdrs, "Idempotency-Key": key}, body,
+                            now=SystemClock().now())  # fmt: skip
+        rest = await httpx2.AsyncClient(timeout=30).post(
+            base + "/ucp/v1/checkout-sessions", content=body, headers={**hdrs, "Idempotency-Key": key, **signed}
+        )
+        assert rest.status_code == 201, rest.text
+        async with streamable_http_client(base + "/ucp/mcp", http_client=http) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            with pytest.raises(MCPError) as err:
+                await s.call_tool("create_checkout", {"meta": _meta(agent, key), "checkout": create})
+            assert err.value.code == -32000 and "idempotency" in str(err.value.error.data).lower(), err.value.error
 
 
 async def test_unsigned_request_is_a_jsonrpc_error(signed_shop):

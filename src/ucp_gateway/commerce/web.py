@@ -70,7 +70,6 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
     """Run one UCP operation: through the verb runtime (audited, idempotent per verb) when it is set
     up, else directly with this module's own idempotency record (``commerce_via_verbs=false``)."""
     app = request.app
-    settings = app[SETTINGS]
     try:
         company = await company_of(request)
         neg = await negotiate(request, company, operation)
@@ -109,15 +108,36 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
         }
         if "id" in request.match_info:
             args["id"] = request.match_info["id"]
-        runtime = app.get(VERBS_KEY) if VERBS_KEY is not None else None
-        if settings.commerce_via_verbs and runtime is not None and runtime.dispatcher is not None:
-            return await _via_verbs(runtime.dispatcher, company, caller, ctx, verb, args, key)
+        dispatcher = verb_dispatcher(app)
+        if dispatcher is not None:
+            status, body, replayed = await run_verb(dispatcher, company, caller, ctx, verb, args, key)
+            resp = web.Response(status=status, body=body, content_type=JSON)
+            if replayed:
+                resp.headers["Idempotent-Replayed"] = "true"
+            if status == 503:
+                resp.headers["Retry-After"] = "1"
+            return resp
         return await _direct(request, company, caller, ctx, verb, args, key, raw)
     except GatewayError as exc:
         return _error(exc)
 
 
-async def _via_verbs(dispatcher, company, caller: str, ctx: CommerceContext, verb: str, args, key) -> web.Response:
+def verb_dispatcher(app: web.Application):  # -> verbs.dispatcher.Dispatcher | None
+    """The verb runtime's dispatcher when UCP operations run through it (every binding: REST here,
+    the MCP tools in transports.ucp_tools), else None (``commerce_via_verbs=false``, development only)."""
+    runtime = app.get(VERBS_KEY) if VERBS_KEY is not None else None
+    if app[SETTINGS].commerce_via_verbs and runtime is not None and runtime.dispatcher is not None:
+        return runtime.dispatcher
+    return None
+
+
+async def run_verb(
+    dispatcher, company, caller: str, ctx: CommerceContext, verb: str, args: dict, key: str | None
+) -> tuple[int, bytes, bool]:
+    """Dispatch the UCP operation ``verb`` (commerce.verbs.VERB_OPS) for the buyer agent ``caller``:
+    audited, idempotent under ``key`` (its digest covers ``args``: method, path, body text, raw hash),
+    capped per buyer. Returns ``(HTTP status, body bytes, replayed)``; a refusal or failure is the
+    UCP protocol error (commerce.verbs.envelope_error)."""
     principal = Principal("buyer", company.id, BUYER_ROLE, caller, "ucp")
     token = CURRENT.set(ctx)
     try:
@@ -126,12 +146,7 @@ async def _via_verbs(dispatcher, company, caller: str, ctx: CommerceContext, ver
         CURRENT.reset(token)
     ok = envelope_body(env)
     status, body = ok if ok is not None else envelope_error(env)
-    resp = web.Response(status=status, body=body, content_type=JSON)
-    if env.get("replayed"):
-        resp.headers["Idempotent-Replayed"] = "true"
-    if status == 503:
-        resp.headers["Retry-After"] = "1"
-    return resp
+    return status, body, bool(env.get("replayed"))
 
 
 async def _direct(request, company, caller, ctx, verb, args, key, raw) -> web.Response:

@@ -1,5 +1,5 @@
-"""The UCP shopping tools of the MCP binding (UCP checkout-mcp.md, order-mcp.md), on the same
-commerce service, negotiation, idempotency store and rate limiter as the REST binding.
+"""The UCP shopping tools of the MCP binding (UCP checkout-mcp.md, order-mcp.md), on the same verb
+runtime (audit, idempotency store, per-buyer limits), negotiation and rate limiter as the REST binding.
 
 Tools: ``create_checkout``, ``get_checkout``, ``update_checkout``, ``complete_checkout``,
 ``cancel_checkout``, ``get_order``. Arguments: ``meta`` (required on all: ``{"ucp-agent":
@@ -12,6 +12,7 @@ No ``outputSchema`` is declared: one tool answers either a checkout or an error 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
@@ -23,9 +24,10 @@ from ..appkeys import DATABASE, SETTINGS
 from ..commerce import service
 from ..commerce.context import RateLimited, build_context, caller_of, negotiate
 from ..commerce.idempotency import JSON, Stored, fingerprint, run_idempotent, serialize
-from ..commerce.web import COMMERCE_LIMITER
+from ..commerce.web import COMMERCE_LIMITER, run_verb, verb_dispatcher
 from ..db import tenant_tx
 from ..errors import BadRequest, GatewayError
+from ..jsonbody import dumps_compact
 from .ucp_mcp import McpCall, McpTool
 
 __all__ = ["UCP_TOOL_NAMES", "ucp_tools"]
@@ -93,8 +95,14 @@ async def _agent(call: McpCall):
                            http_hosts=hosts)  # fmt: skip
 
 
-def _tool(name: str, operation: str, op: Op, schema: dict[str, Any], description: str, *, keyed: bool = False,
-          sign: bool = False) -> McpTool:  # fmt: skip
+def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], description: str, *,
+          keyed: bool = False, sign: bool = False, body: Callable[[Mapping[str, Any]], Any] | None = None,
+          ) -> McpTool:  # fmt: skip
+    """One tool. It runs the verb ``verb`` through the verb runtime, as the REST binding does (audited,
+    idempotent under ``meta["idempotency-key"]``, capped per buyer): its arguments are the method
+    ``MCP``, the tool name as path, ``body(arguments)`` as the body text (reads: none) and ``id``.
+    ``op`` is the direct path of ``commerce_via_verbs=false`` (development only)."""
+
     async def run(call: McpCall) -> Mapping[str, Any]:
         request, company, args = call.request, call.company, call.arguments
         agent = await _agent(call)
@@ -117,6 +125,17 @@ def _tool(name: str, operation: str, op: Op, schema: dict[str, Any], description
 
             mark_for_signing(request)
         settings = request.app[SETTINGS]
+        dispatcher = verb_dispatcher(request.app)
+        if dispatcher is not None:
+            text = "" if body is None else dumps_compact(body(args)).decode()
+            vargs: dict[str, Any] = {"method": "MCP", "path": name, "body_text": text,
+                                     "raw_sha256": hashlib.sha256(text.encode()).hexdigest()}  # fmt: skip
+            if "id" in schema["properties"]:
+                vargs["id"] = _id_arg(args)
+            status, raw, _ = await run_verb(dispatcher, company, caller, ctx, verb, vargs, key)
+            if status >= 400:
+                raise _stored_error(Stored(status, JSON, raw))
+            return json.loads(raw)
 
         async def once(conn: asyncpg.Connection) -> Stored:
             out = await op(conn, ctx, args)
@@ -143,20 +162,27 @@ def _tool(name: str, operation: str, op: Op, schema: dict[str, Any], description
 
 def ucp_tools() -> dict[str, McpTool]:
     """The six UCP shopping tools, by name."""
+
+    def optional(a: Mapping[str, Any]) -> dict[str, Any]:
+        return _checkout_arg(a, required=False)
+
     tools = [
-        _tool("create_checkout", "checkout", lambda c, ctx, a: service.create(c, ctx, _checkout_arg(a)),
-              _schema(checkout=True), "Create a checkout session (UCP checkout.md Create)."),
-        _tool("get_checkout", "checkout", lambda c, ctx, a: service.get(c, ctx, _id_arg(a)),
+        _tool("create_checkout", "checkout.create", "checkout",
+              lambda c, ctx, a: service.create(c, ctx, _checkout_arg(a)),
+              _schema(checkout=True), "Create a checkout session (UCP checkout.md Create).", body=_checkout_arg),
+        _tool("get_checkout", "checkout.get", "checkout", lambda c, ctx, a: service.get(c, ctx, _id_arg(a)),
               _schema(id_=True), "Get a checkout session by id."),
-        _tool("update_checkout", "checkout", lambda c, ctx, a: service.update(c, ctx, _id_arg(a), _checkout_arg(a)),
-              _schema(id_=True, checkout=True), "Replace the writable state of a checkout session."),
-        _tool("complete_checkout", "checkout",
-              lambda c, ctx, a: service.complete(c, ctx, _id_arg(a), _checkout_arg(a, required=False)),
+        _tool("update_checkout", "checkout.update", "checkout",
+              lambda c, ctx, a: service.update(c, ctx, _id_arg(a), _checkout_arg(a)),
+              _schema(id_=True, checkout=True), "Replace the writable state of a checkout session.",
+              body=_checkout_arg),
+        _tool("complete_checkout", "checkout.complete", "checkout",
+              lambda c, ctx, a: service.complete(c, ctx, _id_arg(a), optional(a)),
               _schema(keyed=True, id_=True), "Complete a checkout with payment; returns the order.",
-              keyed=True, sign=True),
-        _tool("cancel_checkout", "checkout", lambda c, ctx, a: service.cancel(c, ctx, _id_arg(a)),
-              _schema(keyed=True, id_=True), "Cancel a checkout session.", keyed=True),
-        _tool("get_order", "order", lambda c, ctx, a: service.get_order(c, ctx, _id_arg(a)),
+              keyed=True, sign=True, body=optional),
+        _tool("cancel_checkout", "checkout.cancel", "checkout", lambda c, ctx, a: service.cancel(c, ctx, _id_arg(a)),
+              _schema(keyed=True, id_=True), "Cancel a checkout session.", keyed=True, body=lambda a: {}),
+        _tool("get_order", "orders.get", "order", lambda c, ctx, a: service.get_order(c, ctx, _id_arg(a)),
               _schema(id_=True), "Get an order by id (UCP order.md)."),
     ]  # fmt: skip
     return {t.definition["name"]: t for t in tools}
