@@ -446,3 +446,25 @@ async def test_a_credential_sent_on_create_or_update_is_stored_nowhere(client, d
     for a in audit:
         entry = json.loads(a["entry"])
         assert "args" not in entry and len(entry["args_digest"]) == 64, entry
+
+
+async def test_one_idempotency_key_names_one_request_whatever_the_operation(client):
+    """Regression (security review): keys were scoped per verb, so create's key sent again on an
+    update or a complete executed them. UCP: the same key with a different request is 409."""
+    key = new_key()
+    r = await client.post(url("/checkout-sessions"), json=payload(), headers=headers(key=key))
+    assert r.status == 201
+    cid = (await r.json())["id"]
+    for method, path, body in (
+        ("PUT", f"/checkout-sessions/{cid}", {**payload(qty=2)}),
+        ("POST", f"/checkout-sessions/{cid}/complete", pay()),
+        ("POST", f"/checkout-sessions/{cid}/cancel", {}),
+    ):
+        r = await client.request(method, url(path), json=body, headers=headers(key=key))
+        assert r.status == 409 and (await r.json())["code"] == "idempotency_key_reused", (method, path)
+    r = await client.get(url(f"/checkout-sessions/{cid}"), headers=headers())
+    got = await r.json()
+    assert got["status"] != "canceled" and got["line_items"][0]["quantity"] == 1, got
+    # the first request still replays
+    r = await client.post(url("/checkout-sessions"), json=payload(), headers=headers(key=key))
+    assert r.status == 201 and r.headers["Idempotent-Replayed"] == "true" and (await r.json())["id"] == cid

@@ -144,6 +144,9 @@ def provide(registry: Registry, *, daily_completes: int | None = None) -> None:
             # a body may hold a payment credential (also on create and update: UCP lets instruments
             # ride along) and the buyer's personal data; the audit chain can never forget either
             audit_args=read,
+            # UCP: the key is the caller's, not the operation's: reused for another operation
+            # (create's key on an update, or on MCP) it is a conflict, never a second execution
+            idempotency_scope="ucp",
             principal_limit=PrincipalLimit(calls=daily_completes)
             if name == "checkout.complete" and daily_completes
             else None,

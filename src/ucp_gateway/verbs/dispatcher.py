@@ -81,6 +81,11 @@ _READ_OR_NONE = (None, RiskClass.READ)
 _NO_CAPS: dict[str, int | None] = {}
 
 
+def _scope(verb: Verb) -> str:
+    """The key space of ``verb``'s idempotency keys (VerbPolicy.idempotency_scope, else its name)."""
+    return verb.policy.idempotency_scope or verb.name
+
+
 class _Replay(Exception):
     def __init__(self, digest: str, envelope: dict[str, Any] | None):
         self.digest, self.envelope = digest, envelope
@@ -134,7 +139,7 @@ class Dispatcher:
         async with tenant_tx(self.pool, company.id) as conn:
             stored = None
             if call.idempotency_key:
-                stored = await store.stored_key(conn, principal.key, verb.name, call.idempotency_key, now)
+                stored = await store.stored_key(conn, principal.key, _scope(verb), call.idempotency_key, now)
             used = await store.cap_used(conn, cap_class, now.date()) if cap_class else 0
             pused = (0, 0)
             if lim is not None and principal.kind == "buyer":
@@ -243,14 +248,14 @@ class Dispatcher:
     async def _execute(self, principal, company, call, verb: Verb, decision: Decision, key, now, t0) -> dict[str, Any]:
         args = clean_args(call.args)
         # the key's claim goes out with BEGIN: the first statement, before any row lock
-        claim = store.claim_sql(principal.key, verb.name, key, now) if key is not None else None
+        claim = store.claim_sql(principal.key, _scope(verb), key, now) if key is not None else None
         try:
             return await self._execute_in(principal, company, call, verb, decision, key, now, t0, args, claim)
         except asyncpg.PostgresError as exc:
             if claim is None or exc.sqlstate != store.KEY_TAKEN:
                 raise
         async with tenant_tx(self.pool, company.id) as conn:  # a live record: replay it or refuse
-            got = await store.stored_key(conn, principal.key, verb.name, key, now)
+            got = await store.stored_key(conn, principal.key, _scope(verb), key, now)
         raise _Replay(got[0], got[1]) if got else VerbError("execution_failed")
 
     async def _execute_in(self, principal, company, call, verb, decision, key, now, t0, args, claim) -> dict[str, Any]:
@@ -288,7 +293,7 @@ class Dispatcher:
                     company.id,
                     entry,
                     principal=principal.key,
-                    verb=verb.name,
+                    verb=_scope(verb),
                     key=key,
                     digest=decision.digest,
                     now=now,
@@ -473,7 +478,7 @@ class Dispatcher:
     async def _replay(self, principal, company, call, verb, decision, now, envelope=None) -> dict[str, Any]:
         if envelope is None:
             async with tenant_tx(self.pool, company.id) as conn:
-                got = await store.stored_key(conn, principal.key, verb.name, call.idempotency_key, now)
+                got = await store.stored_key(conn, principal.key, _scope(verb), call.idempotency_key, now)
             envelope = got[1] if got else None
         if envelope is None:  # expired between the two reads: treat as unknown rather than re-running
             d = Decision("deny", decision.risk_class, "execution_failed", "retry the call", digest=decision.digest)

@@ -218,6 +218,9 @@ class VerbPolicy:
         principal_limit: per-principal limits (buyer agents).
         audit_args: store (redacted) arguments in the audit row.
         escalate: argument-dependent class and phrase (see :data:`Escalation`).
+        idempotency_scope: the key space of its idempotency keys, shared by the verbs that name the same
+            scope (UCP: one key names one request of a caller, whatever the operation, so a key reused
+            for another operation is a conflict); None: the verb's own name.
     """
 
     risk_class: RiskClass = RiskClass.READ
@@ -232,6 +235,7 @@ class VerbPolicy:
     principal_limit: PrincipalLimit | None = None
     audit_args: bool = True
     escalate: Escalation | None = None
+    idempotency_scope: str | None = None
 
     def effective_floor(self) -> str:
         floor = CLASS_FLOOR.get(self.risk_class, "owner")
