@@ -65,3 +65,29 @@ async def test_token_hash_only_stored(database, pg_base_dsn):
 def _flip_last(value: str) -> str:
     """The same token with its last character changed (regression: appending "A" could equal it)."""
     return value[:-1] + ("B" if value[-1] == "A" else "A")
+
+
+async def test_revoking_the_admin_token_ends_its_sessions(database):
+    """Regression (security review): a session opened with an admin token went on working for its
+    whole life (8 h) after the token was revoked."""
+    from ucp_gateway.keys.admin_tokens import authenticate_admin, create_admin_token, revoke_admin_token
+
+    pool = database.pool
+    a = await create_company(pool, slug="shop-d", display_name="D", hostnames=["d.test"])
+    secret, token_id = await create_admin_token(pool, a.id, "owner", now=NOW)
+    staff = await authenticate_admin(pool, f"Bearer {secret}")
+    other_secret, _ = await create_admin_token(pool, a.id, "owner", now=NOW)
+    other = await authenticate_admin(pool, f"Bearer {other_secret}")
+    cookie, _ = await create_session(pool, a.id, subject=staff.actor, role="owner", now=NOW, ttl=3600)
+    kept, _ = await create_session(pool, a.id, subject=other.actor, role="owner", now=NOW, ttl=3600)
+    sso, _ = await create_session(pool, a.id, subject="user:alice", role="admin", now=NOW, ttl=3600)
+    assert (await load_session(pool, cookie, now=NOW)).subject == f"token:{token_id}"
+    assert await revoke_admin_token(pool, a.id, token_id, now=NOW)
+    with pytest.raises(SessionRequired):
+        await load_session(pool, cookie, now=NOW)
+    assert (await load_session(pool, kept, now=NOW)).subject == other.actor  # another token's session
+    assert (await load_session(pool, sso, now=NOW)).subject == "user:alice"  # another authenticator's
+    # a subject that looks like a token but names none is no session
+    ghost, _ = await create_session(pool, a.id, subject="token:not-a-uuid", role="owner", now=NOW, ttl=3600)
+    with pytest.raises(SessionRequired):
+        await load_session(pool, ghost, now=NOW)

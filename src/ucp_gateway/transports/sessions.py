@@ -116,9 +116,21 @@ async def create_session(
     return token, WebSession(sid, cid, subject, role, expires)
 
 
+# A session opened with an admin token (subject "token:<id>", keys.admin_tokens.StaffPrincipal.actor)
+# lives only while that token does: revoking the token ends its sessions (fail closed: a subject of
+# that form naming no active token is no session). Other subjects come from another authenticator.
+_LOAD = (
+    "SELECT s.id, s.token_hash, s.subject, s.role, s.expires_at FROM webmcp_sessions s "
+    "WHERE s.token_hash = $1 AND s.revoked_at IS NULL AND CASE"
+    " WHEN s.subject ~ '^token:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN EXISTS ("
+    "  SELECT 1 FROM admin_tokens t WHERE t.id = substr(s.subject, 7)::uuid AND t.revoked_at IS NULL)"
+    " ELSE s.subject !~* '^token:' END"
+)
+
+
 async def load_session(pool: asyncpg.Pool, token: str | None, *, now: dt.datetime) -> WebSession:
     """Resolve a cookie token to its live session. Raises SessionRequired (401) with one message for
-    every failure (missing, malformed, unknown, expired, revoked)."""
+    every failure (missing, malformed, unknown, expired, revoked, or its admin token revoked)."""
     fail = SessionRequired("a WebMCP session cookie is required")
     m = _TOKEN.match(token or "")
     if m is None:
@@ -126,11 +138,7 @@ async def load_session(pool: asyncpg.Pool, token: str | None, *, now: dt.datetim
     cid = UUID(hex=m.group(1))
     digest = _hash(token or "")
     async with tenant_tx(pool, cid) as conn:
-        r = await conn.fetchrow(
-            "SELECT id, token_hash, subject, role, expires_at FROM webmcp_sessions "
-            "WHERE token_hash = $1 AND revoked_at IS NULL",
-            digest,
-        )
+        r = await conn.fetchrow(_LOAD, digest)
     if r is None or not hmac.compare_digest(bytes(r["token_hash"]), digest) or r["expires_at"] <= now:
         raise fail
     return WebSession(r["id"], cid, r["subject"], r["role"], r["expires_at"])
