@@ -75,6 +75,8 @@ def _check_bounds(data: dict[str, Any]) -> None:
                 raise InvalidRequest(f"$.line_items.{i}.quantity: Input should be a valid integer")
             if q > MAX_QUANTITY:
                 raise InvalidRequest(f"$.line_items.{i}.quantity: at most {MAX_QUANTITY}")
+            if q < 1:  # the model's own words, also for a float it cannot read as an int (-1e300)
+                raise InvalidRequest(f"$.line_items.{i}.quantity: Input should be greater than or equal to 1")
     discounts = data.get("discounts")
     codes = discounts.get("codes") if isinstance(discounts, dict) else None
     if isinstance(codes, list):
