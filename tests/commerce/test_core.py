@@ -389,3 +389,14 @@ def test_bounds_are_inclusive():
         update=False,
     )
     assert len(s["line_items"]) == 100 and len(s["discounts"]["codes"]) == 20
+
+
+def test_line_item_ids_are_unique():
+    """Regression (security review): two line items sent with id "L" were both kept as "L", so a
+    fulfillment group's line_item_ids and a discount allocation could not say which one they meant."""
+    items = [{"id": "L", "item": {"id": "a"}, "quantity": 1}, {"id": "L", "item": {"id": "b"}, "quantity": 1}]
+    with pytest.raises(InvalidRequest) as ei:
+        parse_state({"line_items": items}, update=True)
+    assert ei.value.http_status == 400 and ei.value.message == "$.line_items.1.id: 'L' names an earlier line item too"
+    items[1]["id"] = "M"
+    assert [li["id"] for li in parse_state({"line_items": items}, update=True)["line_items"]] == ["L", "M"]

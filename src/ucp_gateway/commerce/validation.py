@@ -122,10 +122,14 @@ def parse_state(data: dict[str, Any], *, update: bool) -> dict[str, Any]:
     _check_bounds(data)
     req = _validate(model, data, "$")
     state: dict[str, Any] = {"line_items": []}
-    for li in req.line_items:  # type: ignore[attr-defined]
+    seen: set[str] = set()
+    for i, li in enumerate(req.line_items):  # type: ignore[attr-defined]
         entry: dict[str, Any] = {"item": {"id": li.item.id}, "quantity": li.quantity}
         lid = getattr(li, "id", None) or (li.model_extra or {}).get("id")
         if isinstance(lid, str) and lid:
+            if lid in seen:  # fulfillment groups and allocations name line items by id
+                raise InvalidRequest(f"$.line_items.{i}.id: {lid!r} names an earlier line item too")
+            seen.add(lid)
             entry["id"] = lid
         state["line_items"].append(entry)
     if req.buyer is not None:  # type: ignore[attr-defined]
