@@ -202,3 +202,23 @@ async def test_interval_zero_starts_no_sweeper(aiohttp_client, database, db_sett
     assert (await _keys(database.pool, a.id))["verb_idempotency"] == {"old"}
     with pytest.raises(ValueError):
         Settings(retention_interval=-1)
+
+
+async def test_a_company_whose_sweep_fails_does_not_stop_the_others(database, db_settings, companies):
+    """A database error in one company's sweep (here a trigger refusing its deletes) is logged and
+    skipped; the companies after it are swept in the same round."""
+    a, b = companies
+    await _seed(database.pool, a.id, "a")
+    await _seed(database.pool, b.id, "b")
+    owner = await asyncpg.connect(db_settings.database_url)
+    try:
+        await owner.execute(
+            "CREATE FUNCTION refuse_acme() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            f" IF OLD.company_id = '{a.id}' THEN RAISE EXCEPTION 'refused'; END IF; RETURN OLD; END $$;"
+            " CREATE TRIGGER refuse_acme BEFORE DELETE ON verb_idempotency FOR EACH ROW EXECUTE FUNCTION refuse_acme()"
+        )
+    finally:
+        await owner.close()
+    done = await retention.run_once(database.pool, now=NOW, margin=MARGIN, batch=1000)
+    assert "acme" not in done and done["bolt"] == {rule.table: 1 for rule in retention.RULES}
+    assert "a-expired" in (await _keys(database.pool, a.id))["verb_idempotency"]

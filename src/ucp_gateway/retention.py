@@ -96,7 +96,8 @@ async def run_once(
     pool: asyncpg.Pool, *, now: dt.datetime, margin: int, batch: int
 ) -> dict[str, dict[str, int]] | None:
     """One round over all companies: ``{slug: {table: rows deleted}}`` for companies where rows
-    were deleted, or None when another replica holds the lock (nothing done)."""
+    were deleted, or None when another replica holds the lock (nothing done). A company whose
+    sweep fails in the database is logged and skipped; the others are swept."""
     async with pool.acquire() as lock_conn:
         if not await lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY):
             return None
@@ -105,7 +106,11 @@ async def run_once(
             after = None
             while batch_of := await list_companies(pool, after_slug=after, limit=200):
                 for c in batch_of:
-                    done = await sweep_company(pool, c.id, now=now, margin=margin, batch=batch)
+                    try:
+                        done = await sweep_company(pool, c.id, now=now, margin=margin, batch=batch)
+                    except asyncpg.PostgresError as exc:  # one company's fault does not stop the others
+                        log.warning("retention sweep of %s failed: %s", c.slug, exc.__class__.__name__)
+                        continue
                     if done:
                         out[c.slug] = done
                 after = batch_of[-1].slug
