@@ -289,3 +289,22 @@ async def test_agent_graph_links_keep_the_public_port(aiohttp_client, database, 
     doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test:443"})).json()
     graph = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
     assert "https://shop.test/.well-known/ucp" in [c.get("profile") for c in graph["companies"]]
+
+
+@pytest.mark.parametrize("ttl", [60.0, 0.0])
+async def test_a_new_host_spelling_does_not_read_the_directory_again(aiohttp_client, database, db_settings, ttl):
+    """Regression (DoS): the platform document is rendered per Host spelling, and each render read the
+    directory, so naming a new Host on every request made every request a directory read. The
+    directory page is now reused for profile_render_ttl: a company created meanwhile shows up only
+    after it (with ttl 0, at once), whatever Host is named."""
+    await create_company(database.pool, slug="first", display_name="First", hostnames=["first.test"])
+    settings = db_settings.model_copy(update={"profile_render_ttl": ttl})
+    client = await aiohttp_client(make_app(database, settings))
+
+    async def listed(host: str) -> list[str]:
+        doc = await (await client.get("/.well-known/ucp", headers={"Host": host})).json()
+        return [c["slug"] for c in doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]["companies"]]
+
+    assert await listed("p1.test") == ["first"]
+    await create_company(database.pool, slug="second", display_name="Second", hostnames=["second.test"])
+    assert await listed("p2.test") == (["first"] if ttl else ["first", "second"])

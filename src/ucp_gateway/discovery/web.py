@@ -130,10 +130,38 @@ async def company_profile_document(app: web.Application, company: Company, origi
     )
 
 
+class _Pages:
+    """Directory pages (``list_companies`` answers) by ``(after, limit)``, reused for ``ttl`` seconds
+    (the rendered profiles' life): the platform document is rendered per Host spelling, so a client
+    naming a new Host on every request made every request a directory read. Bounded."""
+
+    def __init__(self, ttl: float, capacity: int = 64):
+        self.ttl, self.capacity = ttl, capacity
+        self._entries: dict[tuple[str | None, int], tuple[float, list[Company]]] = {}
+
+    async def get(self, pool, after: str | None, limit: int) -> list[Company]:
+        key, now = (after, limit), time.monotonic()
+        hit = self._entries.get(key)
+        if hit is not None and now < hit[0]:
+            return hit[1]
+        companies = await list_companies(pool, after_slug=after, limit=limit)
+        if len(self._entries) >= self.capacity:
+            self._entries.clear()
+        self._entries[key] = (now + self.ttl, companies)
+        return companies
+
+
+_PAGES = web.AppKey("ucpgw.directory_pages", _Pages)
+
+
 async def _graph_page(app: web.Application, host: str, after: str | None) -> dict[str, Any]:
     settings = app[SETTINGS]
     size = settings.agent_graph_page_size
-    companies = await list_companies(app[DATABASE].pool, after_slug=after, limit=size + 1)
+    pages_cache = app.get(_PAGES)
+    if pages_cache is None:
+        companies = await list_companies(app[DATABASE].pool, after_slug=after, limit=size + 1)
+    else:
+        companies = await pages_cache.get(app[DATABASE].pool, after, size + 1)
     # a company hostname has no port: take the public one (configured, else the one this request came in on)
     port = settings.public_port
     if port is None:
@@ -370,6 +398,7 @@ def setup(app: web.Application) -> None:
     app[PROFILE_FETCHER] = fetcher
     app[KEY_RESOLVER] = fetcher  # the signature middleware resolves caller keys through the fetcher
     rendered = app[_RENDERED] = _Rendered(settings.profile_render_ttl)
+    app[_PAGES] = _Pages(settings.profile_render_ttl)
     if KEYS_PROVIDER not in app:
         app[KEYS_PROVIDER] = published_jwks  # pending + active + rotating (ucp_gateway.keys)
     if SUBAGENT_PROVIDER not in app:
