@@ -468,3 +468,23 @@ async def test_one_idempotency_key_names_one_request_whatever_the_operation(clie
     # the first request still replays
     r = await client.post(url("/checkout-sessions"), json=payload(), headers=headers(key=key))
     assert r.status == 201 and r.headers["Idempotent-Replayed"] == "true" and (await r.json())["id"] == cid
+
+
+async def test_a_read_keeps_its_body_out_of_the_audit_log(client, db_settings):
+    """Regression (security review): checkout.get and orders.get still recorded their arguments, and a
+    REST GET may carry a body, so whatever a client sent there was kept for ever."""
+    import asyncpg
+
+    r, created = await _create(client, payload())
+    secret = "GETBODY-4111111111111111"
+    r = await client.get(
+        url(f"/checkout-sessions/{created['id']}"), data=json.dumps({"note": secret}), headers=headers()
+    )
+    assert r.status == 200
+    owner = await asyncpg.connect(db_settings.database_url)
+    try:
+        rows = await owner.fetch("SELECT verb, entry::text AS e FROM verb_audit_log WHERE verb = 'checkout.get'")
+    finally:
+        await owner.close()
+    assert rows and all(secret not in row["e"] and '"args":' not in row["e"] for row in rows), rows
+    assert all(f'"id": "{created["id"]}"' in row["e"] for row in rows)  # the entity is still recorded

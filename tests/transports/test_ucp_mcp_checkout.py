@@ -186,3 +186,18 @@ async def test_deeply_nested_body_is_a_parse_error(signed_shop):
         )
     assert resp.status_code == 400 and resp.headers["Content-Type"].startswith("application/json")
     assert resp.json()["error"]["code"] == -32700
+
+
+async def test_the_checkout_verbs_as_generic_tools_refuse_cleanly(signed_shop, caplog):
+    """Regression (security review): checkout.create & co. are also listed as generic verb tools on
+    /ucp/mcp (``checkout__create``), where no UCP context is negotiated: each call logged a LookupError
+    traceback and answered execution_failed. Now: a clean surface_not_allowed refusal."""
+    base, agent, _ = signed_shop
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with streamable_http_client(base + "/ucp/mcp", http_client=http) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            res = await s.call_tool("checkout__create", {"meta": _meta(agent), "method": "POST", "path": "/x",
+                                                          "body_text": "{}", "raw_sha256": "0" * 64})  # fmt: skip
+    env = res.structured_content
+    assert res.is_error and env["ok"] is False and env["error"]["reason"] == "surface_not_allowed", env
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]

@@ -10,9 +10,10 @@ The buyer agent's principal is ``Principal(kind="buyer", role="buyer", subject=<
 never counted against company caps (architecture.md "Two kinds of principal"). Arguments carry the
 HTTP method, path and raw body text, so the dispatcher's idempotency digest covers exactly what UCP
 asks (raw body, method, path; caller = principal scope). The result carries the HTTP status and the
-exact body text, so a replay is byte-identical. The writes keep their arguments out of the audit row
-(the body may hold a payment credential, on complete and also on create or update, and the buyer's
-personal data; the append-only chain cannot forget either): only their digest is recorded.
+exact body text, so a replay is byte-identical. No call keeps its arguments in the audit row (a
+body may hold a payment credential, on complete and also on create or update, and the buyer's
+personal data; a REST GET may carry a body; the append-only chain cannot forget any of it): only
+their digest is recorded, with the entity id.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import asyncpg
 from ..errors import GatewayError
 from ..jsonbody import dumps_compact
 from ..verbs.context import VerbContext
+from ..verbs.errors import VerbError
 from ..verbs.policy import Consent, PrincipalLimit, RiskClass, VerbPolicy
 from ..verbs.registry import Registry
 from . import service
@@ -88,7 +90,11 @@ def _handler(name: str, op: Op, read: bool):
     entity_type = "checkout_session" if name.startswith("checkout") else "order"
 
     async def handler(ctx: VerbContext) -> dict[str, Any]:
-        cctx = CURRENT.get()
+        cctx = CURRENT.get(None)
+        if cctx is None:  # a generic door (agent dispatch, MCP verb tools): no negotiated UCP context
+            raise VerbError(
+                "surface_not_allowed", "checkout and order verbs are called through /ucp/v1 or the UCP MCP tools"
+            )
         if not read:  # the operation's last write goes out with the audit row (one round trip)
             cctx = cctx.with_last_write(ctx.write_last)
         args = ctx.args if type(ctx.args) is dict else dict(ctx.args)  # the dispatcher's own copy
@@ -142,8 +148,9 @@ def provide(registry: Registry, *, daily_completes: int | None = None) -> None:
             principals=frozenset({"buyer"}),
             subagent="sales",
             # a body may hold a payment credential (also on create and update: UCP lets instruments
-            # ride along) and the buyer's personal data; the audit chain can never forget either
-            audit_args=read,
+            # ride along) and the buyer's personal data, and a REST read may carry a body too; the
+            # audit chain can never forget any of it (the entity id is recorded anyway)
+            audit_args=False,
             # UCP: the key is the caller's, not the operation's: reused for another operation
             # (create's key on an update, or on MCP) it is a conflict, never a second execution
             idempotency_scope="ucp",
