@@ -7,26 +7,23 @@ in its tenant transaction (the tables have FORCE row-level security; the app rol
 company's rows), in batches of ``batch`` rows, ``margin`` seconds after they expired (the gateway's
 clock and PostgreSQL's may differ; a row is never deleted while a reader could still count it).
 
-Like the key scheduler it runs in every replica; a PostgreSQL session advisory lock lets one
-replica act per round (the others skip it). The rows to delete are found by time through BRIN
+Like the key scheduler it runs in every replica, and one replica acts per round
+(:mod:`ucp_gateway.periodic`). The rows to delete are found by time through BRIN
 indexes (migration 0059): rows are written in time order, and a BRIN index costs almost nothing on
 the write path that the B-tree dropped by 0055 slowed down.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
-import random
 from dataclasses import dataclass
 from uuid import UUID
 
 import asyncpg
 
 from .db import tenant_tx
-from .errors import GatewayError
-from .tenancy import list_companies
+from .periodic import all_companies, every, one_replica
 
 __all__ = ["LOCK_KEY", "NONCE_TTL_MAX", "RULES", "Rule", "cutoff", "run_forever", "run_once", "sweep_company"]
 
@@ -98,37 +95,28 @@ async def run_once(
     """One round over all companies: ``{slug: {table: rows deleted}}`` for companies where rows
     were deleted, or None when another replica holds the lock (nothing done). A company whose
     sweep fails in the database is logged and skipped; the others are swept."""
-    async with pool.acquire() as lock_conn:
-        if not await lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY):
+    async with one_replica(pool, LOCK_KEY) as held:
+        if held is None:
             return None
-        try:
-            out: dict[str, dict[str, int]] = {}
-            after = None
-            while batch_of := await list_companies(pool, after_slug=after, limit=200):
-                for c in batch_of:
-                    try:
-                        done = await sweep_company(pool, c.id, now=now, margin=margin, batch=batch)
-                    except asyncpg.PostgresError as exc:  # one company's fault does not stop the others
-                        log.warning("retention sweep of %s failed: %s", c.slug, exc.__class__.__name__)
-                        continue
-                    if done:
-                        out[c.slug] = done
-                after = batch_of[-1].slug
-            return out
-        finally:
-            await lock_conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
+        out: dict[str, dict[str, int]] = {}
+        async for c in all_companies(pool):
+            try:
+                done = await sweep_company(pool, c.id, now=now, margin=margin, batch=batch)
+            except asyncpg.PostgresError as exc:  # one company's fault does not stop the others
+                log.warning("retention sweep of %s failed: %s", c.slug, exc.__class__.__name__)
+                continue
+            if done:
+                out[c.slug] = done
+        return out
 
 
 async def run_forever(pool: asyncpg.Pool, *, now, interval: float, margin: int, batch: int) -> None:
-    """Run :func:`run_once` every ``interval`` seconds (the first after a random 50-100 % of it, so
-    replicas started together spread out) until cancelled; ``now``: a callable returning aware UTC
-    time. Errors are logged (class name only) and the next round tries again."""
-    await asyncio.sleep(interval * (0.5 + random.random() / 2))
-    while True:
-        try:
-            done = await run_once(pool, now=now(), margin=margin, batch=batch)
-            if done:
-                log.info("retention sweep", extra={"deleted": done})
-        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError, GatewayError) as exc:
-            log.warning("retention sweep failed: %s", exc.__class__.__name__)
-        await asyncio.sleep(interval)  # cancellation ends the loop
+    """Run :func:`run_once` every ``interval`` seconds until cancelled (:func:`.periodic.every`);
+    ``now``: a callable returning aware UTC time."""
+
+    async def round_() -> None:
+        done = await run_once(pool, now=now(), margin=margin, batch=batch)
+        if done:
+            log.info("retention sweep", extra={"deleted": done})
+
+    await every(interval, round_, what="retention sweep", log=log)

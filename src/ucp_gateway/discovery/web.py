@@ -157,11 +157,7 @@ _PAGES = web.AppKey("ucpgw.directory_pages", _Pages)
 async def _graph_page(app: web.Application, host: str, after: str | None) -> dict[str, Any]:
     settings = app[SETTINGS]
     size = settings.agent_graph_page_size
-    pages_cache = app.get(_PAGES)
-    if pages_cache is None:
-        companies = await list_companies(app[DATABASE].pool, after_slug=after, limit=size + 1)
-    else:
-        companies = await pages_cache.get(app[DATABASE].pool, after, size + 1)
+    companies = await app[_PAGES].get(app[DATABASE].pool, after, size + 1)
     # a company hostname has no port: take the public one (configured, else the one this request came in on)
     port = settings.public_port
     if port is None:
