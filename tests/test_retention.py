@@ -63,6 +63,22 @@ async def _seed(pool, company_id, tag: str) -> None:
                 uuid.uuid4().bytes * 2,
                 expires,
             )
+        # a day's counters count on that UTC day; they go USAGE_KEEP + margin after it ended
+        kept_from = (NOW - dt.timedelta(seconds=MARGIN + retention.USAGE_KEEP)).date()
+        for key, day in (("expired", kept_from - dt.timedelta(days=1)), ("in-margin", kept_from), ("live", NOW.date())):
+            await conn.execute(
+                "INSERT INTO verb_daily_usage (company_id, cap_class, day, used) VALUES ($1, $2, $3, 1)",
+                company_id,
+                f"{tag}-{key}",
+                day,
+            )
+            await conn.execute(
+                "INSERT INTO verb_principal_usage (company_id, principal, limit_key, day, calls, amount)"
+                " VALUES ($1, $2, 'buyer', $3, 1, 100)",
+                company_id,
+                f"{tag}-{key}",
+                day,
+            )
         # a spent nonce may be replayed until it expires: used_at + the longest nonce life
         for key, used in (
             ("expired", ago(MARGIN + retention.NONCE_TTL_MAX + 1)),
@@ -84,6 +100,8 @@ async def _keys(pool, company_id) -> dict[str, set[str]]:
             "commerce_idempotency": {r[0] for r in await conn.fetch("SELECT key FROM commerce_idempotency")},
             "verb_nonce_mismatches": {r[0] for r in await conn.fetch("SELECT nonce_id FROM verb_nonce_mismatches")},
             "verb_nonces": {r[0] for r in await conn.fetch("SELECT nonce_id FROM verb_nonces")},
+            "verb_daily_usage": {r[0] for r in await conn.fetch("SELECT cap_class FROM verb_daily_usage")},
+            "verb_principal_usage": {r[0] for r in await conn.fetch("SELECT principal FROM verb_principal_usage")},
             "webmcp_sessions": {
                 "a-live" if r[0] >= NOW else "a-in-margin" if r[0] > ago(MARGIN) else "a-expired"
                 for r in await conn.fetch("SELECT expires_at FROM webmcp_sessions")
@@ -96,6 +114,17 @@ def test_cutoff_adds_the_rule_extra_to_the_margin():
     nonces = next(r for r in retention.RULES if r.table == "verb_nonces")
     assert retention.cutoff(idem, NOW, 60) == NOW - dt.timedelta(seconds=60)
     assert retention.cutoff(nonces, NOW, 60) == NOW - dt.timedelta(seconds=60 + retention.NONCE_TTL_MAX)
+
+
+def test_usage_cutoff_is_a_utc_date_before_which_whole_days_ended():
+    """A day's counters go once the whole UTC day is older than margin + USAGE_KEEP."""
+    usage = next(r for r in retention.RULES if r.table == "verb_principal_usage")
+    assert usage.by_day
+    # 2026-06-01 12:00 UTC - 60 s - 2 days = 2026-05-30 11:59 UTC: 05-29 ended before it, 05-30 did not
+    assert retention.cutoff(usage, NOW, 60) == dt.date(2026, 5, 30)
+    # an aware time in another zone is read in UTC (00:30 at +02:00 is the previous UTC day)
+    east = dt.datetime(2026, 6, 3, 0, 30, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    assert retention.cutoff(usage, east, 0) == dt.date(2026, 5, 31)
 
 
 def test_nonce_ttl_max_is_the_settings_bound():

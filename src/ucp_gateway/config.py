@@ -197,7 +197,8 @@ class Settings(BaseSettings):
         default=600.0,
         ge=0,
         description="Seconds between retention sweeps, which delete expired idempotency records, spent consent "
-        "nonces and expired WebMCP sessions; 0 turns the sweeper off (then delete them by other means).",
+        "nonces, expired WebMCP sessions and the usage counters of days that ended over two days ago; 0 turns "
+        "the sweeper off (then delete them by other means).",
     )
     retention_margin: int = Field(
         default=3600, ge=0, description="Seconds past its expiry a row is kept before the sweeper deletes it."

@@ -1,8 +1,9 @@
 """The retention sweeper: deletes rows that no longer decide anything, so runtime tables stay bounded.
 
-Every write dispatch leaves an idempotency record, every confirmed consent a spent nonce. Once past
-their life these rows change no answer (the readers ignore them: ``expires_at > now``), but nothing
-deleted them, so the tables grew by every request forever. The sweeper deletes them per company,
+Every write dispatch leaves an idempotency record, every confirmed consent a spent nonce, every
+capped call a usage counter of its UTC day. Once past their life these rows change no answer (the
+readers ignore them: ``expires_at > now``, ``day = today``), but nothing deleted them, so the
+tables grew by every request forever. The sweeper deletes them per company,
 in its tenant transaction (the tables have FORCE row-level security; the app role sweeps no other
 company's rows), in batches of ``batch`` rows, ``margin`` seconds after they expired (the gateway's
 clock and PostgreSQL's may differ; a row is never deleted while a reader could still count it).
@@ -25,7 +26,17 @@ import asyncpg
 from .db import tenant_tx
 from .periodic import all_companies, every, one_replica
 
-__all__ = ["LOCK_KEY", "NONCE_TTL_MAX", "RULES", "Rule", "cutoff", "run_forever", "run_once", "sweep_company"]
+__all__ = [
+    "LOCK_KEY",
+    "NONCE_TTL_MAX",
+    "RULES",
+    "USAGE_KEEP",
+    "Rule",
+    "cutoff",
+    "run_forever",
+    "run_once",
+    "sweep_company",
+]
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +46,21 @@ LOCK_KEY = int.from_bytes(b"ucpgwret", "big") & 0x7FFF_FFFF_FFFF_FFFF
 #: spent at ``used_at`` expired by ``used_at + NONCE_TTL_MAX`` at the latest, whatever the setting
 #: was when it was issued.
 NONCE_TTL_MAX = 3600
+#: How long a day's usage counters (daily caps, per-buyer limits) are kept after the UTC day ended,
+#: seconds: they decide nothing once the day is over; yesterday's stay for an operator to look at.
+USAGE_KEEP = 2 * 86400
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     """Rows of ``table`` whose ``column`` (timestamptz) is older than ``now - margin - extra``
-    seconds decide nothing any more."""
+    seconds decide nothing any more. ``by_day``: ``column`` is a UTC ``date`` (the day a counter
+    counts); its rows go when the whole day is older than that."""
 
     table: str
     column: str
     extra: int = 0
+    by_day: bool = False
 
 
 RULES: tuple[Rule, ...] = (
@@ -53,13 +69,19 @@ RULES: tuple[Rule, ...] = (
     Rule("verb_nonce_mismatches", "expires_at"),  # the nonce's own expiry (migration 0058)
     Rule("verb_nonces", "used_at", NONCE_TTL_MAX),  # an expired nonce is refused before its row is read
     Rule("webmcp_sessions", "expires_at"),  # a session is refused after expires_at
+    # a day's counters count only on that UTC day (verbs.store.reserve_cap, count_principal); a few
+    # rows per principal and day, so no index: the batch's scan is short
+    Rule("verb_daily_usage", "day", USAGE_KEEP, by_day=True),
+    Rule("verb_principal_usage", "day", USAGE_KEEP, by_day=True),
 )
 
 
-def cutoff(rule: Rule, now: dt.datetime, margin: int) -> dt.datetime:
+def cutoff(rule: Rule, now: dt.datetime, margin: int) -> dt.datetime | dt.date:
     """The time before which ``rule``'s rows may be deleted at ``now`` (aware UTC), ``margin``
-    seconds after they stopped counting."""
-    return now - dt.timedelta(seconds=margin + rule.extra)
+    seconds after they stopped counting. For a ``by_day`` rule: the UTC date of that time (a day
+    before it ended no later than that time)."""
+    at = now - dt.timedelta(seconds=margin + rule.extra)
+    return at.astimezone(dt.UTC).date() if rule.by_day else at
 
 
 def _delete_sql(rule: Rule) -> str:
