@@ -377,6 +377,10 @@ def test_public_origin_keeps_non_default_ports(scheme, host, port, origin) -> No
         ("[2001:db8::a]", True),
         ("[:::::::]", False),  # regression: any hex, colon and dot run was taken and echoed into URLs
         ("[::ffff:127.0.0.1]", False),  # an IPv4-mapped address is never bound: its IPv4 form is
+        ("[::127.0.0.1]", False),  # IPv4-compatible: deprecated (RFC 4291 §2.5.5.1), never bound
+        ("[::7f00:1]", False),  # the same address, compressed
+        ("[::]", True),  # the unspecified address is no IPv4-compatible one
+        ("[::1:0:0]", True),  # above the low 32 bits
         ("[1.2.3.4]", False),  # an IPv4 address is never bracketed (RFC 3986 §3.2.2)
         ("[::1", False),
         ("shop.example..", False),

@@ -88,7 +88,8 @@ def valid_host_header(host: str) -> bool:
     """True for a plain ``host[:port]`` Host header value (RFC 9110 §7.2) with a port in 1-65535:
     what may be echoed into published URLs (profiles, ``continue_url``, permalinks). A bracketed
     host must be an IPv6 address (RFC 3986 §3.2.2 IP-literal; ``[::1]``, not ``[1.2.3.4]`` or
-    ``[:::::::]``), and not an IPv4-mapped one (``[::ffff:127.0.0.1]``: use the IPv4 form); a name
+    ``[:::::::]``), and neither an IPv4-mapped one (``[::ffff:127.0.0.1]``: use the IPv4 form) nor a
+    deprecated IPv4-compatible one (``[::127.0.0.1]``; ``[::]`` and ``[::1]`` are not those); a name
     may end in one dot (``shop.example.``, the same host: RFC 1034 §3.1)."""
     m = _HOST_HEADER.match(host)
     if m is None:
@@ -99,6 +100,8 @@ def valid_host_header(host: str) -> bool:
         except ValueError:
             return False
         if addr.ipv4_mapped is not None:  # never a bound hostname: a mapped address is reached by its IPv4 form
+            return False
+        if int(addr) >> 32 == 0 and int(addr) > 1:  # IPv4-compatible (::a.b.c.d), deprecated by RFC 4291 §2.5.5.1
             return False
     port = host.rsplit(":", 1)[1] if ":" in host and not host.endswith("]") else None
     return port is None or 0 < int(port) <= 65535
