@@ -11,13 +11,13 @@ against its own label (RFC 8259 §11 defines no ``charset`` for the type; ``utf-
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
 from .errors import GatewayError
+from .jsonbody import dumps_compact
 
 __all__ = ["JSON_MEDIA_TYPE", "UnsupportedMediaType", "json_response", "json_type_problem", "require_json_body"]
 
@@ -25,10 +25,11 @@ JSON_MEDIA_TYPE = "application/json"
 
 
 def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    """``data`` as ``json.dumps`` writes it, labelled ``application/json`` with no ``charset``
-    parameter (RFC 8259 §11 defines none), as every other JSON answer of the gateway is labelled;
+    """``data`` as compact UTF-8 JSON (:func:`.jsonbody.dumps_compact`, as UCP bodies and the fast
+    paths' errors are written), labelled ``application/json`` with no ``charset`` parameter (RFC 8259
+    §11 defines none), as every other JSON answer of the gateway is labelled;
     ``aiohttp.web.json_response`` adds ``; charset=utf-8``, so errors and data were labelled two ways."""
-    return web.Response(body=json.dumps(data).encode(), status=status, headers=headers, content_type=JSON_MEDIA_TYPE)
+    return web.Response(body=dumps_compact(data), status=status, headers=headers, content_type=JSON_MEDIA_TYPE)
 
 
 class UnsupportedMediaType(GatewayError):

@@ -155,6 +155,20 @@ async def test_body_without_json_content_type_is_415(client):
     assert r.status == 201
 
 
+async def test_error_bodies_are_compact_json_like_the_data(client):
+    """Regression: errors written by mediatype.json_response came as ``{"code": "...", ...}`` (the
+    json module's default spacing) while UCP bodies and the fast paths' errors are compact: one
+    client saw two spellings of one envelope."""
+    r = await client.get(url("/no-such-route"), headers=headers())  # the foundation's error (middleware.py)
+    text = await r.read()
+    assert r.status == 404 and r.headers["Content-Type"] == "application/json"
+    assert text == json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False).encode(), text
+    r = await client.post(url("/checkout-sessions"), json=payload(), headers=headers(key=new_key()))
+    data = await r.read()
+    assert r.status == 201
+    assert data == json.dumps(json.loads(data), separators=(",", ":"), ensure_ascii=False).encode()
+
+
 async def test_non_utf8_json_bodies_are_400_and_write_nothing(client, database, company):
     """Regression (newcomer): a UTF-16-LE body without a BOM created a checkout (201); the json
     module guesses the encoding. RFC 8259 §8.1: JSON between systems MUST be UTF-8."""

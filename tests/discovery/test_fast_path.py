@@ -150,7 +150,7 @@ async def test_every_answer_carries_the_same_headers_both_ways(gw) -> None:
         named = dict(headers)
         assert named[b"Server"] == b"ucp-gateway" and named[b"Request-Id"] == RID["Request-Id"].encode()
         if status >= 400:
-            assert body.startswith(b'{"code": "') and named[b"Content-Type"].startswith(b"application/json")
+            assert body.startswith(b'{"code":"') and named[b"Content-Type"].startswith(b"application/json")
         if status == 405:
             assert named[b"Allow"] == b"GET,HEAD"
 
