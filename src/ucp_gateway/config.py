@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     keys_scheduler_interval: float = Field(default=60.0, gt=0, description="Seconds between scheduler runs.")
     httpsig_max_age: int = Field(default=300, ge=1, description="Max age of a signature's created (s).")
     httpsig_future_skew: int = Field(default=30, ge=0, description="Tolerated future created (s).")
+    httpsig_require_created: bool = Field(
+        default=True,
+        description="Refuse a request signature without a created parameter: it would be valid for ever (UCP "
+        "makes created optional; RFC 9421 §7.2.4 recommends it; every usual signer sends it). false accepts it.",
+    )
     httpsig_tag: str | None = Field(default=None, description="If set, only signatures with this tag count.")
     httpsig_allow_es384: bool = True
     # the verb manifest is public (issue 5: "public, Cache-Control: public, max-age=300")

@@ -102,13 +102,27 @@ def effective_mode(signature_policy: str, dev_mode: bool) -> str:
 def policy_from_settings(s: Settings) -> SignaturePolicy:
     """The verification policy of settings ``s`` (one shared frozen instance per distinct value set:
     settings may be changed at runtime, so they are read on every call, but nothing is rebuilt)."""
-    return _policy(s.httpsig_max_age, s.httpsig_future_skew, s.httpsig_tag, s.httpsig_allow_es384, s.dev_mode)
+    return _policy(
+        s.httpsig_max_age,
+        s.httpsig_future_skew,
+        s.httpsig_require_created,
+        s.httpsig_tag,
+        s.httpsig_allow_es384,
+        s.dev_mode,
+    )
 
 
 @lru_cache(maxsize=8)
-def _policy(max_age: int, future_skew: int, tag: str | None, es384: bool, dev: bool) -> SignaturePolicy:
+def _policy(
+    max_age: int, future_skew: int, require_created: bool, tag: str | None, es384: bool, dev: bool
+) -> SignaturePolicy:
     return SignaturePolicy(
-        max_age=max_age, future_skew=future_skew, tag=tag, allow_es384=es384, allow_http_profiles=dev
+        max_age=max_age,
+        future_skew=future_skew,
+        require_created=require_created,
+        tag=tag,
+        allow_es384=es384,
+        allow_http_profiles=dev,
     )
 
 
