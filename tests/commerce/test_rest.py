@@ -293,6 +293,23 @@ async def test_gzip_body_is_decoded_after_verification(client):
     assert (await r.json())["line_items"][0]["item"]["id"] == "bouquet_roses"
 
 
+async def test_a_gzip_body_decoding_past_the_body_limit_is_400(client, database, company):
+    """Regression (security review): decoded bodies were allowed 10 MB, ten times
+    ``client_max_size``; a 10 kB gzip body made the gateway decode and validate 10 MB."""
+    import gzip
+
+    body = payload()
+    body["buyer"] = {"email": "a@example.com", "first_name": "x" * (1 << 20)}  # just over 1 MiB decoded
+    raw = gzip.compress(json.dumps(body).encode())
+    assert len(raw) < 10_000
+    h = {**headers(key=new_key()), "Content-Encoding": "gzip"}
+    r = await client.post(url("/checkout-sessions"), data=raw, headers=h)
+    assert r.status == 400, await r.text()
+    assert (await r.json()) == {"code": "invalid_request", "content": "decompressed body too large"}
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM checkout_sessions") == 0
+
+
 async def test_per_buyer_agent_limits(aiohttp_client, database, db_settings, company, platform):
     """Rate and order amount are limited per buyer agent, not by company-wide caps."""
     app = make_app(database, db_settings, buyer_rate_limit=3, buyer_max_order_amount=5000)
