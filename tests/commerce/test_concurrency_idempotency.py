@@ -141,7 +141,8 @@ async def test_every_call_is_an_audited_buyer_verb(client, database, company):
     entries = [r["entry"] for r in rows]
     assert [e["verb"] for e in entries] == ["checkout.create", "checkout.get", "checkout.complete"]
     for e in entries:
-        assert e["principal"] == {"kind": "buyer", "subject": agent(), "role": "buyer"}
+        # this client does not sign (signature policy off): its identity is the profile it claims
+        assert e["principal"] == {"kind": "buyer", "subject": "unverified:" + agent(), "role": "buyer"}
         assert e["transport"] == "ucp" and e["decision"] == "allowed"
     assert "success_token" not in str(entries)  # complete's arguments are not audited
 

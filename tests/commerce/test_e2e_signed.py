@@ -5,6 +5,7 @@ byte-identical answer for a replayed complete."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from urllib.parse import urlsplit
 
@@ -195,6 +196,34 @@ async def test_signed_body_must_be_application_json(shop, buyer):
     assert r.status == 201, co
     r = await post(f"{base}/{co['id']}", "text/plain", method="PUT")
     assert r.status == 415 and (await r.json())["code"] == "unsupported_media_type"
+
+
+async def test_an_unsigned_caller_never_acts_as_a_verified_platform(shop, buyer, database, company):
+    """Regression (security review): under signature policy ``optional`` an unsigned request naming
+    a platform's profile in UCP-Agent was that platform: it read its checkouts and reached its
+    idempotency records. The claimed profile is now a separate identity (``unverified:<url>``)."""
+    base = "/ucp/v1/checkout-sessions"
+    r = await _signed(shop, buyer, "POST", base, {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}, "k1")
+    co = await r.json()
+    assert r.status == 201, co
+    async with tenant_tx(database.pool, company.id) as conn:
+        await conn.execute("UPDATE companies SET signature_policy = 'optional' WHERE id = $1", company.id)
+    await asyncio.sleep(2.1)  # host_cache_ttl: the policy change reaches the gateway
+    claim = {"UCP-Agent": f'profile="{buyer.base}/profile/a.json"'}
+    r = await shop.get(f"{base}/{co['id']}", headers=claim)
+    body = await r.json()
+    assert r.status == 200 and body["messages"][0]["code"] == "not_found", body  # not the platform's checkout
+    # the platform's own key, with its own bytes: a fresh request of the unsigned identity, not a replay
+    raw = json.dumps({"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}).encode()
+    h = {**claim, "Content-Type": "application/json", "Idempotency-Key": "k1"}
+    r = await shop.post(base, data=raw, headers=h)
+    other = await r.json()
+    assert r.status == 201 and "Idempotent-Replayed" not in r.headers and other["id"] != co["id"], other
+    # the signed platform still sees its own checkout, and not the unsigned caller's
+    r = await _signed(shop, buyer, "GET", f"{base}/{co['id']}")
+    assert r.status == 200 and (await r.json())["id"] == co["id"]
+    r = await _signed(shop, buyer, "GET", f"{base}/{other['id']}")
+    assert (await r.json())["messages"][0]["code"] == "not_found"
 
 
 async def test_a_missing_required_header_is_named(shop, buyer):

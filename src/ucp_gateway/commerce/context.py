@@ -36,6 +36,7 @@ __all__ = [
     "RateLimiter",
     "build_context",
     "caller_of",
+    "caller_profile_url",
     "company_of",
     "negotiate",
     "payment_handlers",
@@ -242,9 +243,16 @@ def _negotiation(profile_url: str, negotiated: Any, profile: Any, operation: str
     return out
 
 
+#: Prefix of the caller identity of a buyer agent whose profile URL is only claimed (an unsigned
+#: request, accepted under signature policy ``optional``/``off``).
+UNVERIFIED = "unverified:"
+
+
 def caller_of(request: web.Request, neg: Negotiation | None = None) -> str:
-    """The buyer agent: the verified principal's profile URL, else the negotiated or ``UCP-Agent``
-    profile URL.
+    """The buyer agent's identity: the verified principal's profile URL; for a caller that only
+    claims one (no verified signature), ``"unverified:" + `` the negotiated or ``UCP-Agent``
+    profile URL. The identity owns checkouts and orders and scopes idempotency keys and rate
+    limits, so an unsigned caller naming a platform's profile never acts as that platform.
 
     Raises: BadRequest ``invalid_profile_url`` when none is present (UCP overview N1).
     """
@@ -256,17 +264,22 @@ def caller_of(request: web.Request, neg: Negotiation | None = None) -> str:
         if isinstance(val, str) and val:
             return val
     if neg is not None:
-        return neg.profile_url
+        return UNVERIFIED + neg.profile_url
     header = request.headers.get("UCP-Agent")
     if header:
         try:
             parsed = http_sf.parse(header.encode(), tltype="dictionary")
             prof = parsed.get("profile")
             if prof and isinstance(prof[0], str) and prof[0]:
-                return prof[0]
+                return UNVERIFIED + prof[0]
         except Exception:  # noqa: S110 - any parse failure is the same 400 below
             pass
     raise BadRequest('UCP-Agent header with profile="<url>" is required', code="invalid_profile_url")
+
+
+def caller_profile_url(caller: str) -> str:
+    """The profile URL of a caller identity from :func:`caller_of` (verified or claimed)."""
+    return caller.removeprefix(UNVERIFIED)
 
 
 def _capabilities(names: Sequence[str], negotiated: Mapping[str, Any] | None) -> dict[str, list[dict[str, str]]]:

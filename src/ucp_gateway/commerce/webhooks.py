@@ -30,6 +30,7 @@ from ..clock import Clock
 from ..config import Settings
 from ..db import platform_scan_tx, tenant_tx
 from ..tenancy import get_company, public_origin
+from .context import caller_profile_url
 
 __all__ = [
     "WEBHOOK_SIGNER",
@@ -135,7 +136,7 @@ class WebhookWorker:
             await self._dequeue(company_id, event_id)
             return 0
         error = None
-        target = row["target_url"] or await self.resolve_target(row["caller"])
+        target = row["target_url"] or await self.resolve_target(caller_profile_url(row["caller"]))
         if not target:
             error = "platform profile declares no order webhook_url"
         else:
