@@ -201,3 +201,49 @@ async def test_the_checkout_verbs_as_generic_tools_refuse_cleanly(signed_shop, c
     env = res.structured_content
     assert res.is_error and env["ok"] is False and env["error"]["reason"] == "surface_not_allowed", env
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]
+
+
+async def _rest_create(base, agent, key: str) -> httpx2.Response:
+    """A signed REST create carrying ``Idempotency-Key: key``."""
+    hdrs = {"UCP-Agent": f'profile="{agent.profile_url}"', "Content-Type": "application/json", "Idempotency-Key": key}
+    body = json.dumps({"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}).encode()
+    signed = agent.sign("POST", base + "/ucp/v1/checkout-sessions", hdrs, body, now=SystemClock().now())
+    async with httpx2.AsyncClient(timeout=30) as http:
+        return await http.post(base + "/ucp/v1/checkout-sessions", content=body, headers={**hdrs, **signed})
+
+
+async def test_one_idempotency_key_rule_on_rest_and_mcp(signed_shop):
+    """Regression: the MCP tools took any meta["idempotency-key"] of 1-255 characters (control
+    characters included) while REST's Idempotency-Key header must be 1-128 printable characters, so a
+    key refused on one binding ran on the other. Both now apply one rule (commerce.idempotency.check_key)."""
+    base, agent, _ = signed_shop
+    create = {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}
+    suffix = uuid.uuid4().hex  # fresh keys per run
+    good = ["k" * (128 - len(suffix)) + suffix, f"a key with spaces {suffix}"]
+    too_long = ["k" * 129, "k" * 255]
+    unprintable = [f"tab\tkey-{suffix}", f"ctl\x01key-{suffix}", f"line\u2028sep-{suffix}"]
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with streamable_http_client(base + "/ucp/mcp", http_client=http) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            for key in good:
+                res = await s.call_tool("create_checkout", {"meta": _meta(agent, key), "checkout": create})
+                assert not res.is_error and res.structured_content["id"].startswith("chk_"), res
+            for key in too_long + unprintable:
+                with pytest.raises(MCPError) as err:
+                    await s.call_tool("create_checkout", {"meta": _meta(agent, key), "checkout": create})
+                assert err.value.code == -32602, (key, err.value.error)
+                assert err.value.error.data["code"] == "invalid_request", (key, err.value.error)
+                assert "1-128 printable characters" in err.value.error.message, (key, err.value.error)
+            # the key must be a string (JSON can carry other types, a header cannot)
+            with pytest.raises(MCPError) as err:
+                await s.call_tool("cancel_checkout", {"meta": {**_meta(agent), "idempotency-key": 7}, "id": "chk_x"})
+            assert err.value.code == -32602 and "printable" in err.value.error.message
+    # the REST binding: the same verdict for every key an HTTP field can carry (no U+0001 nor U+2028)
+    for key in good:
+        other = key[:-1] + ("0" if key[-1] != "0" else "1")  # the MCP create used ``key`` already
+        rest = await _rest_create(base, agent, other)
+        assert rest.status_code == 201, (other, rest.text)
+    for key in [*too_long, unprintable[0]]:
+        rest = await _rest_create(base, agent, key)
+        assert rest.status_code == 400 and rest.json()["code"] == "invalid_request", (key, rest.text)
+        assert "1-128 printable characters" in rest.json()["content"], rest.text
