@@ -3,8 +3,11 @@ with every HTTP request signed (RFC 9421, the agent's key published in its platf
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import uuid
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -15,11 +18,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.commerce.conftest import Platform
+from tests.httpsig.signer import build_base, digest, raw_verify
 from ucp_gateway.app import create_app
 from ucp_gateway.clock import SystemClock
 from ucp_gateway.db import tenant_tx
 from ucp_gateway.demo.seed import seed_demo
-from ucp_gateway.keys import ensure_active_key
+from ucp_gateway.keys import ensure_active_key, published_jwks
 from ucp_gateway.transports.agentkey import AgentKey
 
 
@@ -247,3 +251,66 @@ async def test_one_idempotency_key_rule_on_rest_and_mcp(signed_shop):
         rest = await _rest_create(base, agent, key)
         assert rest.status_code == 400 and rest.json()["code"] == "invalid_request", (key, rest.text)
         assert "1-128 printable characters" in rest.json()["content"], rest.text
+
+
+def _verify_response_signature(resp: httpx2.Response, jwks: list[dict]) -> None:
+    """The gateway's RFC 9421 signature of ``resp`` verifies under its published key (base built by
+    hand from the covered components, as tests/httpsig/test_middleware.py does)."""
+    assert resp.headers["Content-Digest"] == digest(resp.content)
+    params = resp.headers["Signature-Input"].split("=", 1)[1]
+    req = resp.request
+    values = {
+        '"@status"': str(resp.status_code),
+        '"content-digest"': resp.headers["Content-Digest"],
+        '"content-type"': resp.headers["Content-Type"],
+        '"@method";req': req.method,
+        '"@authority";req': urlsplit(str(req.url)).netloc,
+        '"@path";req': urlsplit(str(req.url)).path,
+        '"content-digest";req': req.headers["Content-Digest"],
+    }
+    covered = re.findall(r'"[^"]+"(?:;req)?', params[: params.index(")")])
+    kid = re.search(r'keyid="([^"]+)"', params).group(1)
+    (jwk,) = [k for k in jwks if k["kid"] == kid]
+    sig = base64.b64decode(resp.headers["Signature"].split(":")[1])
+    raw_verify(jwk, build_base([(c, values[c]) for c in covered], params), sig)
+
+
+async def test_every_mcp_complete_response_is_signed(signed_shop, database):
+    """Regression: complete_checkout marked its response for signing only once the verb was about to
+    run, so a refusal before it (arguments, caller profile, idempotency key) went out unsigned, while
+    REST signs every complete response. Now ``tools/call`` marks it first."""
+    base, agent, company = signed_shop
+    jwks = await published_jwks(database.pool, company.id)
+    other = {"ucp-agent": {"profile": "https://other.example/p"}}
+    refusals = {
+        "no key": ({"meta": _meta(agent), "id": "chk_x"}, 400, -32602),
+        "bad key": ({"meta": _meta(agent, "k" * 129), "id": "chk_x"}, 400, -32602),
+        "no id": ({"meta": _meta(agent, str(uuid.uuid4()))}, 400, -32602),
+        "arguments not an object": ([], 200, -32602),
+        "another agent's profile": ({"meta": other, "id": "chk_x"}, 403, -32000),
+    }
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        for n, (i, (arguments, status, code)) in enumerate(refusals.items()):
+            call = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                    "params": {"name": "complete_checkout", "arguments": arguments}}  # fmt: skip
+            resp = await http.post(base + "/ucp/mcp", json=call)
+            assert resp.status_code == status and resp.json()["error"]["code"] == code, (i, resp.text)
+            assert "Signature" in resp.headers, (i, dict(resp.headers))
+            _verify_response_signature(resp, jwks)
+        # the business outcome of a complete (unknown checkout: a result, not an error) is signed too
+        call = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {
+                "name": "complete_checkout",
+                "arguments": {"meta": _meta(agent, str(uuid.uuid4())), "id": "chk_nope"},
+            },
+        }
+        resp = await http.post(base + "/ucp/mcp", json=call)
+        assert resp.status_code == 200 and "result" in resp.json(), resp.text
+        _verify_response_signature(resp, jwks)
+        # as on REST, the other operations are not signed unless asked (Accept-Signature, settings)
+        call["params"] = {"name": "get_checkout", "arguments": {"meta": _meta(agent)}}
+        resp = await http.post(base + "/ucp/mcp", json=call)
+        assert resp.json()["error"]["code"] == -32602 and "Signature" not in resp.headers, resp.text

@@ -34,6 +34,7 @@ from aiohttp import web
 from .. import __version__
 from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..errors import BadRequest, GatewayError, NotFound
+from ..httpsig.web import mark_for_signing
 from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import json_response, json_type_problem
 from ..verbs.decide import Call
@@ -82,10 +83,16 @@ class McpCall:
 @dataclass(frozen=True, slots=True)
 class McpTool:
     """A non-verb tool (UCP checkout operations): its MCP ``Tool`` definition and handler returning
-    the UCP payload (put in ``structuredContent``). Handlers raise GatewayError for protocol errors."""
+    the UCP payload (put in ``structuredContent``). Handlers raise GatewayError for protocol errors.
+
+    ``signed``: every response to a call of this tool is signed (complete_checkout: UCP
+    signatures.md, as the REST binding signs every complete response). ``tools/call`` asks the
+    signature layer as soon as it has the tool's name, before anything can fail (arguments, the
+    caller's profile, negotiation, the idempotency key), so a refusal is signed like a success."""
 
     definition: dict[str, Any]
     call: Callable[[McpCall], Awaitable[Mapping[str, Any]]]
+    signed: bool = False
 
 
 MCP_TOOLS = web.AppKey("ucpgw.mcp_tools", dict)  # name -> McpTool
@@ -184,10 +191,12 @@ class _Handlers:
     async def tools_call(self, req: Request) -> dict[str, Any]:
         params = req.params if isinstance(req.params, Mapping) else None
         name = params.get("name") if params else None
+        tool = self.tools.get(name) if isinstance(name, str) else None
+        if tool is not None and tool.signed:  # first: every answer of this call is signed (McpTool)
+            mark_for_signing(self.request)
         arguments = params.get("arguments", {}) if params else None
         if not isinstance(name, str) or not isinstance(arguments, Mapping):
             raise RpcError(INVALID_PARAMS, "tools/call needs a string name and an object arguments")
-        tool = self.tools.get(name)
         if tool is not None:
             principal = self._caller(arguments)
             payload = await tool.call(McpCall(self.request, self.company, principal, arguments))

@@ -103,7 +103,8 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
     """One tool. It runs the verb ``verb`` through the verb runtime, as the REST binding does (audited,
     idempotent under ``meta["idempotency-key"]``, capped per buyer): its arguments are the method
     ``MCP``, the tool name as path, ``body(arguments)`` as the body text (reads: none) and ``id``.
-    ``op`` is the direct path of ``commerce_via_verbs=false`` (development only)."""
+    ``op`` is the direct path of ``commerce_via_verbs=false`` (development only). ``sign``: every
+    response to a call is signed (:attr:`.ucp_mcp.McpTool.signed`; ``tools/call`` asks for it)."""
 
     async def run(call: McpCall) -> Mapping[str, Any]:
         request, company, args = call.request, call.company, call.arguments
@@ -119,10 +120,6 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
         ctx = build_context(request, company, caller, neg)
         # the REST binding's Idempotency-Key rule (one key is accepted or refused alike on both)
         key = check_key(args["meta"].get("idempotency-key"), name='meta["idempotency-key"]', required=keyed)
-        if sign:
-            from ..httpsig.web import mark_for_signing
-
-            mark_for_signing(request)
         settings = request.app[SETTINGS]
         dispatcher = verb_dispatcher(request.app)
         if dispatcher is not None:
@@ -156,7 +153,7 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
 
     definition = {"name": name, "description": description, "inputSchema": schema,
                   "annotations": {"readOnlyHint": name.startswith("get_"), "openWorldHint": False}}  # fmt: skip
-    return McpTool(definition, run)
+    return McpTool(definition, run, signed=sign)
 
 
 def ucp_tools() -> dict[str, McpTool]:
