@@ -25,6 +25,8 @@ from ucp_gateway.db import tenant_tx
 from ucp_gateway.demo.seed import seed_demo
 from ucp_gateway.keys import ensure_active_key, published_jwks
 from ucp_gateway.transports.agentkey import AgentKey
+from ucp_gateway.transports.names import from_tool_name
+from ucp_gateway.transports.ucp_tools import UCP_TOOL_NAMES
 
 
 class SigningAuth(httpx2.Auth):
@@ -314,3 +316,31 @@ async def test_every_mcp_complete_response_is_signed(signed_shop, database):
         call["params"] = {"name": "get_checkout", "arguments": {"meta": _meta(agent)}}
         resp = await http.post(base + "/ucp/mcp", json=call)
         assert resp.json()["error"]["code"] == -32602 and "Signature" not in resp.headers, resp.text
+
+
+SHOPPING_VERBS = {"checkout.create", "checkout.get", "checkout.update", "checkout.complete", "checkout.cancel",
+                  "orders.get"}  # fmt: skip
+
+
+async def test_the_checkout_verbs_are_no_generic_tools(signed_shop):
+    """Regression: tools/list on /ucp/mcp offered checkout__create ... orders__get, generic verb tools
+    that refuse every call (surface_not_allowed: only the UCP binding runs those verbs). A tool that
+    always refuses is not listed; the binding's own tools are, and the ucp verb manifest still lists
+    the verbs (they are verbs of that surface, run through the binding)."""
+    base, agent, _ = signed_shop
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with streamable_http_client(base + "/ucp/mcp", http_client=http) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            tools = {t.name for t in (await s.list_tools()).tools}
+            assert not {from_tool_name(n) for n in tools} & SHOPPING_VERBS, sorted(tools)
+            assert set(UCP_TOOL_NAMES) <= tools and "capability__manifest" in tools
+            # the call a client could still make by name refuses by the same predicate
+            verb_args = {"id": "ord_x", "method": "GET", "path": "/x", "body_text": "", "raw_sha256": "0" * 64}
+            res = await s.call_tool("orders__get", {"meta": _meta(agent), **verb_args})
+            assert res.structured_content["error"]["reason"] == "surface_not_allowed", res.structured_content
+            manifest = await s.call_tool("capability__manifest", {"meta": _meta(agent), "prefix": "checkout"})
+            rows = manifest.structured_content["result"]["rows"]
+            assert {"checkout.create", "checkout.complete"} <= {row["name"] for row in rows}, rows
+    async with httpx2.AsyncClient(timeout=30) as http:  # the public manifest (GET, unsigned)
+        resp = await http.get(base + "/api/v1/agent/verbs?surface=ucp")
+        assert SHOPPING_VERBS <= {record["name"] for record in resp.json()}, resp.text

@@ -138,7 +138,8 @@ async def run_verb(
     principal = Principal("buyer", company.id, BUYER_ROLE, caller, "ucp")
     token = CURRENT.set(ctx)
     try:
-        env = await dispatcher.dispatch(principal, Call(verb, args, idempotency_key=key), company=company)
+        call = Call(verb, args, idempotency_key=key, binding="ucp")  # the binding's own call (VerbPolicy.binding)
+        env = await dispatcher.dispatch(principal, call, company=company)
     finally:
         CURRENT.reset(token)
     ok = envelope_body(env)

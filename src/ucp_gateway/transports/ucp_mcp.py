@@ -9,7 +9,9 @@ Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call`` (+ ``notificat
 Tools are the UCP operations registered in ``app[MCP_TOOLS]`` (checkout etc., provided by the
 commerce package) and the verbs whose ``surfaces`` include ``ucp`` (all of them, as on every door;
 whether this caller may run one is decided at dispatch: ``role_denied`` for a buyer on a staff
-verb). Every verb call goes through the one dispatcher (same envelope and receipt as REST).
+verb), except the verbs of the UCP binding (``VerbPolicy.binding``: checkout.*, orders.get), which
+no caller can run as a generic tool: their tools are the UCP ones. Every verb call goes through the
+one dispatcher (same envelope and receipt as REST).
 
 Callers: a staff bearer token (``Authorization``) is a staff principal; otherwise the caller is a
 buyer agent, identified by the RFC 9421 signature the httpsig middleware verified on this HTTP
@@ -173,8 +175,10 @@ class _Handlers:
         return {}
 
     async def tools_list(self, req: Request) -> dict[str, Any]:
-        # every verb of the ucp surface, as on every other door (parity); calls are authorised at dispatch
-        verbs = listed(self.rt.registry, surface=SURFACE)
+        # every verb of the ucp surface, as on every other door (parity); calls are authorised at
+        # dispatch. A verb of the UCP binding (checkout.create ...) is no verb tool here: the generic
+        # door refuses it (VerbPolicy.reachable); its tool is the binding's own (create_checkout ...)
+        verbs = listed(self.rt.registry, surface=SURFACE, tools=True)
         tools = [t.definition for t in self.tools.values()] + verb_tools(published(verbs))
         return {"tools": tools}
 
