@@ -3,8 +3,11 @@ with every HTTP request signed (RFC 9421, the agent's key published in its platf
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import uuid
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -15,12 +18,15 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.commerce.conftest import Platform
+from tests.httpsig.signer import build_base, digest, raw_verify
 from ucp_gateway.app import create_app
 from ucp_gateway.clock import SystemClock
 from ucp_gateway.db import tenant_tx
 from ucp_gateway.demo.seed import seed_demo
-from ucp_gateway.keys import ensure_active_key
+from ucp_gateway.keys import ensure_active_key, published_jwks
 from ucp_gateway.transports.agentkey import AgentKey
+from ucp_gateway.transports.names import from_tool_name
+from ucp_gateway.transports.ucp_tools import UCP_TOOL_NAMES
 
 
 class SigningAuth(httpx2.Auth):
@@ -201,3 +207,140 @@ async def test_the_checkout_verbs_as_generic_tools_refuse_cleanly(signed_shop, c
     env = res.structured_content
     assert res.is_error and env["ok"] is False and env["error"]["reason"] == "surface_not_allowed", env
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]
+
+
+async def _rest_create(base, agent, key: str) -> httpx2.Response:
+    """A signed REST create carrying ``Idempotency-Key: key``."""
+    hdrs = {"UCP-Agent": f'profile="{agent.profile_url}"', "Content-Type": "application/json", "Idempotency-Key": key}
+    body = json.dumps({"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}).encode()
+    signed = agent.sign("POST", base + "/ucp/v1/checkout-sessions", hdrs, body, now=SystemClock().now())
+    async with httpx2.AsyncClient(timeout=30) as http:
+        return await http.post(base + "/ucp/v1/checkout-sessions", content=body, headers={**hdrs, **signed})
+
+
+async def test_one_idempotency_key_rule_on_rest_and_mcp(signed_shop):
+    """Regression: the MCP tools took any meta["idempotency-key"] of 1-255 characters (control
+    characters included) while REST's Idempotency-Key header must be 1-128 printable characters, so a
+    key refused on one binding ran on the other. Both now apply one rule (commerce.idempotency.check_key)."""
+    base, agent, _ = signed_shop
+    create = {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}
+    suffix = uuid.uuid4().hex  # fresh keys per run
+    good = ["k" * (128 - len(suffix)) + suffix, f"a key with spaces {suffix}"]
+    too_long = ["k" * 129, "k" * 255]
+    unprintable = [f"tab\tkey-{suffix}", f"ctl\x01key-{suffix}", f"line\u2028sep-{suffix}"]
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with streamable_http_client(base + "/ucp/mcp", http_client=http) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            for key in good:
+                res = await s.call_tool("create_checkout", {"meta": _meta(agent, key), "checkout": create})
+                assert not res.is_error and res.structured_content["id"].startswith("chk_"), res
+            for key in too_long + unprintable:
+                with pytest.raises(MCPError) as err:
+                    await s.call_tool("create_checkout", {"meta": _meta(agent, key), "checkout": create})
+                assert err.value.code == -32602, (key, err.value.error)
+                assert err.value.error.data["code"] == "invalid_request", (key, err.value.error)
+                assert "1-128 printable characters" in err.value.error.message, (key, err.value.error)
+            # the key must be a string (JSON can carry other types, a header cannot)
+            with pytest.raises(MCPError) as err:
+                await s.call_tool("cancel_checkout", {"meta": {**_meta(agent), "idempotency-key": 7}, "id": "chk_x"})
+            assert err.value.code == -32602 and "printable" in err.value.error.message
+    # the REST binding: the same verdict for every key an HTTP field can carry (no U+0001 nor U+2028)
+    for key in good:
+        other = key[:-1] + ("0" if key[-1] != "0" else "1")  # the MCP create used ``key`` already
+        rest = await _rest_create(base, agent, other)
+        assert rest.status_code == 201, (other, rest.text)
+    for key in [*too_long, unprintable[0]]:
+        rest = await _rest_create(base, agent, key)
+        assert rest.status_code == 400 and rest.json()["code"] == "invalid_request", (key, rest.text)
+        assert "1-128 printable characters" in rest.json()["content"], rest.text
+
+
+def _verify_response_signature(resp: httpx2.Response, jwks: list[dict]) -> None:
+    """The gateway's RFC 9421 signature of ``resp`` verifies under its published key (base built by
+    hand from the covered components, as tests/httpsig/test_middleware.py does)."""
+    assert resp.headers["Content-Digest"] == digest(resp.content)
+    params = resp.headers["Signature-Input"].split("=", 1)[1]
+    req = resp.request
+    values = {
+        '"@status"': str(resp.status_code),
+        '"content-digest"': resp.headers["Content-Digest"],
+        '"content-type"': resp.headers["Content-Type"],
+        '"@method";req': req.method,
+        '"@authority";req': urlsplit(str(req.url)).netloc,
+        '"@path";req': urlsplit(str(req.url)).path,
+        '"content-digest";req': req.headers["Content-Digest"],
+    }
+    covered = re.findall(r'"[^"]+"(?:;req)?', params[: params.index(")")])
+    kid = re.search(r'keyid="([^"]+)"', params).group(1)
+    (jwk,) = [k for k in jwks if k["kid"] == kid]
+    sig = base64.b64decode(resp.headers["Signature"].split(":")[1])
+    raw_verify(jwk, build_base([(c, values[c]) for c in covered], params), sig)
+
+
+async def test_every_mcp_complete_response_is_signed(signed_shop, database):
+    """Regression: complete_checkout marked its response for signing only once the verb was about to
+    run, so a refusal before it (arguments, caller profile, idempotency key) went out unsigned, while
+    REST signs every complete response. Now ``tools/call`` marks it first."""
+    base, agent, company = signed_shop
+    jwks = await published_jwks(database.pool, company.id)
+    other = {"ucp-agent": {"profile": "https://other.example/p"}}
+    refusals = {
+        "no key": ({"meta": _meta(agent), "id": "chk_x"}, 400, -32602),
+        "bad key": ({"meta": _meta(agent, "k" * 129), "id": "chk_x"}, 400, -32602),
+        "no id": ({"meta": _meta(agent, str(uuid.uuid4()))}, 400, -32602),
+        "arguments not an object": ([], 200, -32602),
+        "another agent's profile": ({"meta": other, "id": "chk_x"}, 403, -32000),
+    }
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        for n, (i, (arguments, status, code)) in enumerate(refusals.items()):
+            call = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                    "params": {"name": "complete_checkout", "arguments": arguments}}  # fmt: skip
+            resp = await http.post(base + "/ucp/mcp", json=call)
+            assert resp.status_code == status and resp.json()["error"]["code"] == code, (i, resp.text)
+            assert "Signature" in resp.headers, (i, dict(resp.headers))
+            _verify_response_signature(resp, jwks)
+        # the business outcome of a complete (unknown checkout: a result, not an error) is signed too
+        call = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {
+                "name": "complete_checkout",
+                "arguments": {"meta": _meta(agent, str(uuid.uuid4())), "id": "chk_nope"},
+            },
+        }
+        resp = await http.post(base + "/ucp/mcp", json=call)
+        assert resp.status_code == 200 and "result" in resp.json(), resp.text
+        _verify_response_signature(resp, jwks)
+        # as on REST, the other operations are not signed unless asked (Accept-Signature, settings)
+        call["params"] = {"name": "get_checkout", "arguments": {"meta": _meta(agent)}}
+        resp = await http.post(base + "/ucp/mcp", json=call)
+        assert resp.json()["error"]["code"] == -32602 and "Signature" not in resp.headers, resp.text
+
+
+SHOPPING_VERBS = {"checkout.create", "checkout.get", "checkout.update", "checkout.complete", "checkout.cancel",
+                  "orders.get"}  # fmt: skip
+
+
+async def test_the_checkout_verbs_are_no_generic_tools(signed_shop):
+    """Regression: tools/list on /ucp/mcp offered checkout__create ... orders__get, generic verb tools
+    that refuse every call (surface_not_allowed: only the UCP binding runs those verbs). A tool that
+    always refuses is not listed; the binding's own tools are, and the ucp verb manifest still lists
+    the verbs (they are verbs of that surface, run through the binding)."""
+    base, agent, _ = signed_shop
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with streamable_http_client(base + "/ucp/mcp", http_client=http) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            tools = {t.name for t in (await s.list_tools()).tools}
+            assert not {from_tool_name(n) for n in tools} & SHOPPING_VERBS, sorted(tools)
+            assert set(UCP_TOOL_NAMES) <= tools and "capability__manifest" in tools
+            # the call a client could still make by name refuses by the same predicate
+            verb_args = {"id": "ord_x", "method": "GET", "path": "/x", "body_text": "", "raw_sha256": "0" * 64}
+            res = await s.call_tool("orders__get", {"meta": _meta(agent), **verb_args})
+            assert res.structured_content["error"]["reason"] == "surface_not_allowed", res.structured_content
+            manifest = await s.call_tool("capability__manifest", {"meta": _meta(agent), "prefix": "checkout"})
+            rows = manifest.structured_content["result"]["rows"]
+            assert {"checkout.create", "checkout.complete"} <= {row["name"] for row in rows}, rows
+    async with httpx2.AsyncClient(timeout=30) as http:  # the public manifest (GET, unsigned)
+        resp = await http.get(base + "/api/v1/agent/verbs?surface=ucp")
+        assert SHOPPING_VERBS <= {record["name"] for record in resp.json()}, resp.text

@@ -287,3 +287,34 @@ def test_buyer_principal():
     )
     assert D("customer.context", {"customer_id": "c"}, buyer).reason == "role_denied"  # staff verb
     assert D("capability.manifest", {}, buyer).outcome == "execute"
+
+
+def test_a_verb_of_a_binding_runs_only_through_it():
+    """VerbPolicy.binding (the UCP shopping verbs: ``"ucp"``): one predicate, VerbPolicy.reachable,
+    refuses a generic door's call (surface_not_allowed) and keeps the verb
+    out of the generic doors' tool listings, while the verb manifest still lists it."""
+    from ucp_gateway.verbs.errors import RegistrationError
+    from ucp_gateway.verbs.manifest import listed
+
+    r = Registry()
+    record = {
+        "name": "shop.buy",
+        "description": "Buy.",
+        "shape": "receipt",
+        "side_effects": "write",
+        "surfaces": ["ucp"],
+        "input_schema": {"type": "object", "properties": {"amount": {"type": "integer"}}},
+    }
+    policy = VerbPolicy(RiskClass.WRITE_REVERSIBLE, principals=frozenset({"buyer"}), consent="none", binding="ucp")
+    r.register(record, policy, lambda c: None)
+    buyer = P("buyer", kind="buyer", subject="https://agent.example/profile", transport="ucp")
+    assert D("shop.buy", {"amount": 1}, buyer, reg=r, binding="ucp").outcome == "execute"
+    for other in (None, "webmcp"):
+        d = D("shop.buy", {"amount": 1}, buyer, reg=r, binding=other)
+        assert (d.outcome, d.reason) == ("deny", "surface_not_allowed"), other
+    assert policy.reachable("ucp") and not policy.reachable() and VerbPolicy().reachable()
+    assert [v.name for v in listed(r, surface="ucp")] == ["shop.buy"]  # a verb of its surface
+    assert listed(r, surface="ucp", tools=True) == []  # no generic door offers it as a tool
+    # no other surface's manifest (MCP stdio, CLI, WebMCP) may list a verb only its binding runs
+    with pytest.raises(RegistrationError, match="surfaces"):
+        r.register({**record, "name": "shop.buy2", "surfaces": ["ucp", "mcp_stdio"]}, policy, lambda c: None)

@@ -5,6 +5,10 @@ body bytes. The operation and its idempotency record commit in ONE transaction, 
 by a transaction-level advisory lock, so concurrent duplicates execute once and a crash never leaves
 an effect without its record. Replays return the stored status and exact body bytes. Records live
 ``ttl`` (>= 24 h). 5xx results are never stored; a store failure is a 503 (fail closed).
+
+The key itself is checked by :func:`check_key`, the one rule of both bindings (the REST
+``Idempotency-Key`` header, the MCP tools' ``meta["idempotency-key"]``): one key is accepted or
+refused alike on either.
 """
 
 from __future__ import annotations
@@ -19,18 +23,22 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from ..errors import Conflict, GatewayError, ServiceUnavailable
+from ..errors import BadRequest, Conflict, GatewayError, ServiceUnavailable
 
 __all__ = [
+    "KEY_MAX_LENGTH",
     "IdempotencyConflict",
     "IdempotencyUnavailable",
     "Stored",
+    "check_key",
     "fingerprint",
     "run_idempotent",
     "serialize",
 ]
 
 JSON = "application/json"
+#: the longest idempotency key accepted, on every binding (:func:`check_key`)
+KEY_MAX_LENGTH = 128
 
 
 class IdempotencyConflict(Conflict):
@@ -51,6 +59,34 @@ class Stored:
     content_type: str
     body: bytes
     replayed: bool = False
+
+
+def check_key(key: object, *, name: str, required: bool = False) -> str | None:
+    """The idempotency key of a UCP request, checked by the one rule of every binding: the REST
+    binding passes its ``Idempotency-Key`` header (``name="Idempotency-Key"``), the MCP tools their
+    ``meta["idempotency-key"]`` argument, so the same key is accepted or refused on both.
+
+    A key is a string of 1 to :data:`KEY_MAX_LENGTH` characters that are all printable
+    (``str.isprintable``: no control, format or line/paragraph separator characters, no unassigned
+    code points; a space is printable). UCP checkout-rest.md names the ``Idempotency-Key`` header
+    but sets no format; this is the rule the REST binding has always applied (an HTTP field value
+    cannot carry most control characters anyway, a JSON string can).
+
+    Args:
+        key: the key as received; None when the request carries none.
+        name: how the request names the key, for the error message.
+        required: the operation needs a key (complete and cancel on MCP, complete on REST).
+    Returns: the key, or None when there is none and none is required.
+    Raises: BadRequest (400 ``invalid_request``) when the key is missing but required (an empty
+        string counts as missing) or is not such a string.
+    """
+    if required and not key:
+        raise BadRequest(f"{name} is required for this operation")
+    if key is None:
+        return None
+    if not (isinstance(key, str) and 1 <= len(key) <= KEY_MAX_LENGTH and key.isprintable()):
+        raise BadRequest(f"{name} must be 1-{KEY_MAX_LENGTH} printable characters")
+    return key
 
 
 def serialize(body: dict) -> bytes:

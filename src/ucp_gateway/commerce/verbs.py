@@ -91,7 +91,7 @@ def _handler(name: str, op: Op, read: bool):
 
     async def handler(ctx: VerbContext) -> dict[str, Any]:
         cctx = CURRENT.get(None)
-        if cctx is None:  # a generic door (agent dispatch, MCP verb tools): no negotiated UCP context
+        if cctx is None:  # a guard: the dispatcher runs these only for Call(binding="ucp") (run_verb)
             raise VerbError(
                 "surface_not_allowed", "checkout and order verbs are called through /ucp/v1 or the UCP MCP tools"
             )
@@ -154,6 +154,9 @@ def provide(registry: Registry, *, daily_completes: int | None = None) -> None:
             # UCP: the key is the caller's, not the operation's: reused for another operation
             # (create's key on an update, or on MCP) it is a conflict, never a second execution
             idempotency_scope="ucp",
+            # run only by the UCP REST routes and MCP tools (run_verb), which set CURRENT: every
+            # generic door refuses them (surface_not_allowed) and lists no tool for them
+            binding="ucp",
             principal_limit=PrincipalLimit(calls=daily_completes)
             if name == "checkout.complete" and daily_completes
             else None,

@@ -32,7 +32,7 @@ from ..jsonbody import NOT_UTF8, dumps_compact
 from ..mediatype import require_json_body
 from . import service
 from .context import PROFILE_CACHE, RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
-from .idempotency import JSON, Stored, fingerprint, run_idempotent, serialize
+from .idempotency import JSON, Stored, check_key, fingerprint, run_idempotent, serialize
 from .service import CommerceContext
 from .verbs import CURRENT, VERB_OPS, envelope_body, envelope_error
 
@@ -83,11 +83,8 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
             raw = await request.read()
         if request.method in ("POST", "PUT"):
             require_json_body(request, raw)  # UCP REST bodies are application/json: 415 otherwise
-        key = request.headers.get("Idempotency-Key")
-        if require_key and not key:
-            raise BadRequest("Idempotency-Key header is required for this operation")
-        if key is not None and not (1 <= len(key) <= 128 and key.isprintable()):
-            raise BadRequest("Idempotency-Key must be 1-128 printable characters")
+        # the one key rule of both bindings (the MCP tools check meta["idempotency-key"] with it)
+        key = check_key(request.headers.get("Idempotency-Key"), name="Idempotency-Key", required=require_key)
         # a body that is not UTF-8 (RFC 8259 §8.1) is refused here, before the verb runtime (which
         # would store the refusal under the Idempotency-Key); a NUL byte is UTF-8 but never JSON,
         # and is how UTF-16/32 bodies of ASCII text look
@@ -141,7 +138,8 @@ async def run_verb(
     principal = Principal("buyer", company.id, BUYER_ROLE, caller, "ucp")
     token = CURRENT.set(ctx)
     try:
-        env = await dispatcher.dispatch(principal, Call(verb, args, idempotency_key=key), company=company)
+        call = Call(verb, args, idempotency_key=key, binding="ucp")  # the binding's own call (VerbPolicy.binding)
+        env = await dispatcher.dispatch(principal, call, company=company)
     finally:
         CURRENT.reset(token)
     ok = envelope_body(env)

@@ -9,7 +9,9 @@ Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call`` (+ ``notificat
 Tools are the UCP operations registered in ``app[MCP_TOOLS]`` (checkout etc., provided by the
 commerce package) and the verbs whose ``surfaces`` include ``ucp`` (all of them, as on every door;
 whether this caller may run one is decided at dispatch: ``role_denied`` for a buyer on a staff
-verb). Every verb call goes through the one dispatcher (same envelope and receipt as REST).
+verb), except the verbs of the UCP binding (``VerbPolicy.binding``: checkout.*, orders.get), which
+no caller can run as a generic tool: their tools are the UCP ones. Every verb call goes through the
+one dispatcher (same envelope and receipt as REST).
 
 Callers: a staff bearer token (``Authorization``) is a staff principal; otherwise the caller is a
 buyer agent, identified by the RFC 9421 signature the httpsig middleware verified on this HTTP
@@ -34,6 +36,7 @@ from aiohttp import web
 from .. import __version__
 from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..errors import BadRequest, GatewayError, NotFound
+from ..httpsig.web import mark_for_signing
 from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import json_response, json_type_problem
 from ..verbs.decide import Call
@@ -82,10 +85,16 @@ class McpCall:
 @dataclass(frozen=True, slots=True)
 class McpTool:
     """A non-verb tool (UCP checkout operations): its MCP ``Tool`` definition and handler returning
-    the UCP payload (put in ``structuredContent``). Handlers raise GatewayError for protocol errors."""
+    the UCP payload (put in ``structuredContent``). Handlers raise GatewayError for protocol errors.
+
+    ``signed``: every response to a call of this tool is signed (complete_checkout: UCP
+    signatures.md, as the REST binding signs every complete response). ``tools/call`` asks the
+    signature layer as soon as it has the tool's name, before anything can fail (arguments, the
+    caller's profile, negotiation, the idempotency key), so a refusal is signed like a success."""
 
     definition: dict[str, Any]
     call: Callable[[McpCall], Awaitable[Mapping[str, Any]]]
+    signed: bool = False
 
 
 MCP_TOOLS = web.AppKey("ucpgw.mcp_tools", dict)  # name -> McpTool
@@ -166,8 +175,10 @@ class _Handlers:
         return {}
 
     async def tools_list(self, req: Request) -> dict[str, Any]:
-        # every verb of the ucp surface, as on every other door (parity); calls are authorised at dispatch
-        verbs = listed(self.rt.registry, surface=SURFACE)
+        # every verb of the ucp surface, as on every other door (parity); calls are authorised at
+        # dispatch. A verb of the UCP binding (checkout.create ...) is no verb tool here: the generic
+        # door refuses it (VerbPolicy.reachable); its tool is the binding's own (create_checkout ...)
+        verbs = listed(self.rt.registry, surface=SURFACE, tools=True)
         tools = [t.definition for t in self.tools.values()] + verb_tools(published(verbs))
         return {"tools": tools}
 
@@ -184,10 +195,12 @@ class _Handlers:
     async def tools_call(self, req: Request) -> dict[str, Any]:
         params = req.params if isinstance(req.params, Mapping) else None
         name = params.get("name") if params else None
+        tool = self.tools.get(name) if isinstance(name, str) else None
+        if tool is not None and tool.signed:  # first: every answer of this call is signed (McpTool)
+            mark_for_signing(self.request)
         arguments = params.get("arguments", {}) if params else None
         if not isinstance(name, str) or not isinstance(arguments, Mapping):
             raise RpcError(INVALID_PARAMS, "tools/call needs a string name and an object arguments")
-        tool = self.tools.get(name)
         if tool is not None:
             principal = self._caller(arguments)
             payload = await tool.call(McpCall(self.request, self.company, principal, arguments))

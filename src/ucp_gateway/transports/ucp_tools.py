@@ -3,7 +3,8 @@ runtime (audit, idempotency store, per-buyer limits), negotiation and rate limit
 
 Tools: ``create_checkout``, ``get_checkout``, ``update_checkout``, ``complete_checkout``,
 ``cancel_checkout``, ``get_order``. Arguments: ``meta`` (required on all: ``{"ucp-agent":
-{"profile": url}, "idempotency-key"?}``; the key is required for complete and cancel), ``id`` for
+{"profile": url}, "idempotency-key"?}``; the key is required for complete and cancel and follows the
+REST ``Idempotency-Key`` rule, commerce.idempotency.check_key), ``id`` for
 the resource, ``checkout`` for the payload (it must not contain ``id``). The UCP payload is the
 result's ``structuredContent`` (plus a text copy); business outcomes, the error envelope included,
 are results; protocol errors (negotiation, idempotency conflict, rate limit) are JSON-RPC errors.
@@ -23,7 +24,7 @@ import asyncpg
 from ..appkeys import DATABASE, SETTINGS
 from ..commerce import service
 from ..commerce.context import RateLimited, build_context, caller_of, negotiate
-from ..commerce.idempotency import JSON, Stored, fingerprint, run_idempotent, serialize
+from ..commerce.idempotency import JSON, KEY_MAX_LENGTH, Stored, check_key, fingerprint, run_idempotent, serialize
 from ..commerce.web import COMMERCE_LIMITER, run_verb, verb_dispatcher
 from ..db import tenant_tx
 from ..errors import BadRequest, GatewayError
@@ -39,7 +40,8 @@ _META = {
     "type": "object",
     "properties": {
         "ucp-agent": {"type": "object", "properties": {"profile": {"type": "string"}}, "required": ["profile"]},
-        "idempotency-key": {"type": "string", "minLength": 1, "maxLength": 255},
+        # and printable characters only (commerce.idempotency.check_key: the REST rule)
+        "idempotency-key": {"type": "string", "minLength": 1, "maxLength": KEY_MAX_LENGTH},
     },
     "required": ["ucp-agent"],
 }
@@ -101,7 +103,8 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
     """One tool. It runs the verb ``verb`` through the verb runtime, as the REST binding does (audited,
     idempotent under ``meta["idempotency-key"]``, capped per buyer): its arguments are the method
     ``MCP``, the tool name as path, ``body(arguments)`` as the body text (reads: none) and ``id``.
-    ``op`` is the direct path of ``commerce_via_verbs=false`` (development only)."""
+    ``op`` is the direct path of ``commerce_via_verbs=false`` (development only). ``sign``: every
+    response to a call is signed (:attr:`.ucp_mcp.McpTool.signed`; ``tools/call`` asks for it)."""
 
     async def run(call: McpCall) -> Mapping[str, Any]:
         request, company, args = call.request, call.company, call.arguments
@@ -115,15 +118,8 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
         if wait:
             raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
         ctx = build_context(request, company, caller, neg)
-        key = args["meta"].get("idempotency-key")
-        if keyed and not key:
-            raise BadRequest(f'meta["idempotency-key"] is required for {name}')
-        if key is not None and not (isinstance(key, str) and 1 <= len(key) <= 255):
-            raise BadRequest('meta["idempotency-key"] must be a string of 1-255 characters')
-        if sign:
-            from ..httpsig.web import mark_for_signing
-
-            mark_for_signing(request)
+        # the REST binding's Idempotency-Key rule (one key is accepted or refused alike on both)
+        key = check_key(args["meta"].get("idempotency-key"), name='meta["idempotency-key"]', required=keyed)
         settings = request.app[SETTINGS]
         dispatcher = verb_dispatcher(request.app)
         if dispatcher is not None:
@@ -157,7 +153,7 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
 
     definition = {"name": name, "description": description, "inputSchema": schema,
                   "annotations": {"readOnlyHint": name.startswith("get_"), "openWorldHint": False}}  # fmt: skip
-    return McpTool(definition, run)
+    return McpTool(definition, run, signed=sign)
 
 
 def ucp_tools() -> dict[str, McpTool]:

@@ -60,7 +60,7 @@ STAFF_AUTH = web.AppKey("ucpgw.webmcp.staff_auth", object)  # the verbs runtime'
 def page_verbs(registry, page: str) -> list[Any]:
     """Verbs offered on a WebMCP page (pure; see module docstring for the per-page rule)."""
     out = []
-    for v in listed(registry, surface="webmcp"):
+    for v in listed(registry, surface="webmcp", tools=True):  # no verb of a binding (generic door)
         read = v.policy.risk_class is RiskClass.READ
         if page == "dashboard" or (read and page in ("portal", "tenant-site", "developer")):
             out.append(v)

@@ -4,7 +4,8 @@ The shell (``dispatcher.py``) loads what ``decide`` needs (company tier, cap usa
 receipt for the idempotency key), calls it, and then persists what it returns. Check order
 (digest §8 G14, reasons as named in issue 5)::
 
-    blocked_verb -> unknown_verb -> role_denied (principal kind) -> surface_not_allowed ->
+    blocked_verb -> unknown_verb -> role_denied (principal kind) -> surface_not_allowed (surfaces,
+    then a verb of a binding called from elsewhere: VerbPolicy.reachable) ->
     reserved_arg -> invalid_arguments -> tier_denied -> role_denied (role floor) ->
     idempotency replay / idempotency_conflict -> daily_cap_exceeded -> principal_limit_exceeded ->
     consent (dispatch_pending, nonce_invalid, nonce_expired, phrase_mismatch) -> execute
@@ -50,7 +51,11 @@ _NO_STEP = (Consent.NONE, Consent.PAYMENT_CREDENTIAL)  # consents that need no c
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One dispatch request as a transport hands it over (control fields at the top level, G9)."""
+    """One dispatch request as a transport hands it over (control fields at the top level, G9).
+
+    ``binding``: set only by a protocol binding's own code for the verbs it runs (the UCP REST and
+    MCP shopping operations: ``"ucp"``), never from a request's fields; None from every generic door
+    (VerbPolicy.reachable)."""
 
     verb: str
     args: Mapping[str, Any] = field(default_factory=dict)
@@ -58,6 +63,7 @@ class Call:
     typed_phrase: str | None = None
     nonce: str | None = None
     idempotency_key: str | None = None
+    binding: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +146,7 @@ def decide(
     Returns: a :class:`Decision`; ``pending`` holds the typed phrase and a fresh nonce when the
         caller must confirm; ``approval`` records the consent trail of an ``execute``.
     """
-    gate = _gates(verb, principal, call.verb, call.args, inputs.company_tier, registry)
+    gate = _gates(verb, principal, call.verb, call.args, inputs.company_tier, registry, call.binding)
     if isinstance(gate, Decision):
         return gate
     assert verb is not None
@@ -190,8 +196,9 @@ def gates(
     company_tier: str,
     registry: Registry | None = None,
 ) -> Decision | tuple[RiskClass, str | None, str, dict[str, Any]]:
-    """The checks that need no stored state, in order: blocked, unknown, principal kind, surface,
-    reserved args, input_schema, class escalation, tier, role floor.
+    """The checks that need no stored state, in order: blocked, unknown, principal kind, surface
+    (and binding: a step is called from no binding), reserved args, input_schema, class escalation,
+    tier, role floor.
 
     Returns a deny :class:`Decision`, or ``(risk_class, phrase, args_digest, cleaned_args)``.
     Also used for transaction and macro steps.
@@ -207,8 +214,10 @@ def _gates(
     raw_args: Any,
     company_tier: str,
     registry: Registry | None = None,
+    binding: str | None = None,
 ) -> Decision | tuple[RiskClass, str | None, str, dict[str, Any], bytes]:
-    """:func:`gates`, also returning the canonical JSON bytes the digest hashes."""
+    """:func:`gates`, also returning the canonical JSON bytes the digest hashes. ``binding``: the
+    call's (:class:`Call`), None from a generic door."""
     if is_blocked_name(name) or (verb is not None and verb.policy.risk_class is _BLOCKED):
         return _deny("blocked_verb", hint="Use a permitted alternative (e.g. gdpr_delete_contact).")
     policy = verb.policy if verb else None
@@ -218,6 +227,12 @@ def _gates(
         return _deny("role_denied", f"{principal.kind} callers may not call {verb.name}.", cls=policy.risk_class)
     if principal.transport not in verb.record["surfaces"]:
         return _deny("surface_not_allowed", f"{verb.name} is not offered on {principal.transport}.")
+    if not policy.reachable(binding):  # a verb of a binding, called through a generic door
+        return _deny(
+            "surface_not_allowed",
+            f"{verb.name} runs only through the {policy.binding} binding, not as a generic verb.",
+            hint="Call the binding's own operation (tools/list on its MCP endpoint names it).",
+        )
     if type(raw_args) is not dict and not isinstance(raw_args, Mapping):
         return _deny("invalid_arguments", "args must be an object", path="$")
     # a dict's keys are what ``in`` tests; another mapping answers its own __contains__

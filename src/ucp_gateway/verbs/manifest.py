@@ -46,15 +46,22 @@ def listed(
     tier: str | None = None,
     principal_kind: str | None = None,
     subagent: str | None = None,
+    tools: bool = False,
 ) -> list[Verb]:
     """Verbs that may be disclosed: never BLOCKED or admin-only; filtered by surface, shape, tier
     (``tier_floor`` at or below ``tier``), principal kind and sub-agent.
 
     The one grouping behind both the manifest (``?subagent=``) and the company profile's per
-    sub-agent ``verb_count`` (``surface="ucp"``, wired in ``ucp_gateway.app``), so the two agree."""
+    sub-agent ``verb_count`` (``surface="ucp"``, wired in ``ucp_gateway.app``), so the two agree.
+
+    ``tools``: the verbs a generic door projects as tools (``/ucp/mcp`` verb tools, WebMCP): leaves out
+    those it would refuse to run, a verb of a binding (``VerbPolicy.reachable``, the check that
+    refuses the call); the manifests keep them (a verb of its surface, run through its binding)."""
     out = []
     for v in registry:
         if v.policy.risk_class is RiskClass.BLOCKED or v.policy.admin_only:
+            continue
+        if tools and not v.policy.reachable():
             continue
         if surface and surface not in v.record["surfaces"]:
             continue

@@ -221,6 +221,10 @@ class VerbPolicy:
         idempotency_scope: the key space of its idempotency keys, shared by the verbs that name the same
             scope (UCP: one key names one request of a caller, whatever the operation, so a key reused
             for another operation is a conflict); None: the verb's own name.
+        binding: the protocol binding that alone runs it (``"ucp"``: the UCP shopping verbs, run by
+            the UCP REST routes and the UCP MCP tools, which set up the request context the handler
+            needs); it is offered on that surface only. None: any door of its surfaces. See
+            :meth:`reachable`.
     """
 
     risk_class: RiskClass = RiskClass.READ
@@ -236,6 +240,20 @@ class VerbPolicy:
     audit_args: bool = True
     escalate: Escalation | None = None
     idempotency_scope: str | None = None
+    binding: str | None = None
+
+    def reachable(self, binding: str | None = None) -> bool:
+        """Whether a call that comes through ``binding`` may run this verb: always, unless the verb
+        has a :attr:`binding`, which must then be the caller's. ``binding`` None is a generic door:
+        agent dispatch (http, cli, mcp_stdio), WebMCP, the verb tools of ``/ucp/mcp`` and the steps of
+        ``transaction`` / ``macro.run``; only the binding's own code passes its name (``Call.binding``).
+
+        The one predicate behind the refusal (decide: ``surface_not_allowed``) and the tool listings
+        of the generic doors (``manifest.listed(tools=True)``): a tool that always refuses is not
+        listed. The verb manifests (``GET /api/v1/agent/verbs``, ``capability.manifest``, the
+        profile's ``verb_count``) still list the verb: it is a verb of its surface, run there through
+        the binding."""
+        return self.binding is None or self.binding == binding
 
     def effective_floor(self) -> str:
         floor = CLASS_FLOOR.get(self.risk_class, "owner")

@@ -156,6 +156,9 @@ def _check_policy(rec: dict[str, Any], policy: VerbPolicy) -> None:
         cls is RiskClass.IRREVERSIBLE or (cls is RiskClass.WRITE_FINANCIAL and "buyer" not in policy.principals)
     ):
         raise _fail(name, "UCP may carry neither IRREVERSIBLE nor company-side financial verbs")
+    if policy.binding is not None and list(surfaces) != [policy.binding]:
+        # no other door could run it, so no other surface's manifest (MCP stdio, CLI, WebMCP) may list it
+        raise _fail(name, f"a verb of the {policy.binding!r} binding must declare surfaces [{policy.binding!r}]")
     if not policy.principals or not policy.principals <= {"staff", "agent", "buyer"}:
         raise _fail(name, "principals must be a non-empty subset of staff, agent, buyer")
 
