@@ -196,7 +196,12 @@ class Settings(BaseSettings):
         default=None, description="The secret before a rotation; nonces it signed verify for their 5 minutes."
     )
     verbs_nonce_ttl: int = Field(default=300, ge=30, le=3600, description="Seconds a consent nonce lives.")
-    verbs_idempotency_ttl: int = Field(default=86400, ge=3600, description="Seconds an idempotency key is kept.")
+    verbs_idempotency_ttl: int = Field(
+        default=86400,
+        ge=86400,
+        description="Seconds an idempotency key is kept: at least 24 h (solid-verbs; UCP checkout.md, also for the "
+        "UCP operations, which run as verbs).",
+    )
     # --- retention (ucp_gateway.retention) ------------------------------------------------------
     retention_interval: float = Field(
         default=600.0,

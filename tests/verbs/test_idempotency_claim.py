@@ -113,3 +113,15 @@ def test_envelope_parts_redraw_a_placeholder_that_occurs_in_the_text(monkeypatch
     assert json.loads("77".join(parts)) == {**env, "audit_id": 77, "result": {**env["result"], "audit_id": 77}}
     monkeypatch.undo()
     assert json.loads("5".join(store._envelope_parts(env, False)))["result"]["audit_id"] == 0
+
+
+def test_keys_are_kept_at_least_24_hours():
+    """Regression (security review): ``verbs_idempotency_ttl`` allowed 3600 s, but the UCP
+    operations run as verbs under it and UCP keeps a key at least 24 h (solid-verbs: 24 h)."""
+    from pydantic import ValidationError
+
+    from ucp_gateway.config import Settings
+
+    with pytest.raises(ValidationError):
+        Settings(verbs_idempotency_ttl=86399)
+    assert Settings(verbs_idempotency_ttl=86400).verbs_idempotency_ttl == 86400
