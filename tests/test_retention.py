@@ -29,6 +29,40 @@ async def companies(database):
     return a, b
 
 
+async def _checkout(conn, company_id, cid: str, *, expires_at: dt.datetime, order_id: str | None = None) -> None:
+    await conn.execute(
+        "INSERT INTO checkout_sessions (company_id, id, status, currency, state, body, caller, order_id, created_at,"
+        " updated_at, expires_at) VALUES ($1, $2, 'incomplete', 'USD', '{}', '{}', 'https://p.example/p.json', $3,"
+        " $4::timestamptz - interval '6 hours', $4::timestamptz - interval '6 hours', $4)",
+        company_id,
+        cid,
+        order_id,
+        expires_at,
+    )
+
+
+async def _event(conn, company_id, order_id: str, *, created_at: dt.datetime, delivered: bool, queued=False) -> None:
+    """A webhook_outbox row named by its order_id: delivered, or not (then ``queued``: still retried)."""
+    event_id = uuid.uuid4()
+    await conn.execute(
+        "INSERT INTO webhook_outbox (company_id, id, order_id, event_type, caller, payload, created_at, attempts,"
+        " next_attempt_at, delivered_at) VALUES ($1, $2, $3, 'order.created', 'https://p.example/p.json', '\\x7b7d',"
+        " $4, 1, $4, $5)",
+        company_id,
+        event_id,
+        order_id,
+        created_at,
+        created_at if delivered else None,
+    )
+    if queued:
+        await conn.execute(
+            "INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) VALUES ($1, $2, $3)",
+            company_id,
+            event_id,
+            created_at,
+        )
+
+
 async def _seed(pool, company_id, tag: str) -> None:
     """Rows on both sides of each cutoff, keyed by a name saying which side."""
     async with tenant_tx(pool, company_id) as conn:
@@ -79,6 +113,14 @@ async def _seed(pool, company_id, tag: str) -> None:
                 f"{tag}-{key}",
                 day,
             )
+        # an abandoned checkout and a delivered webhook event go COMMERCE_KEEP + margin after they ended
+        for key, ended in (
+            ("expired", ago(MARGIN + retention.COMMERCE_KEEP + 1)),
+            ("in-margin", ago(MARGIN + retention.COMMERCE_KEEP - 60)),
+            ("live", NOW),
+        ):
+            await _checkout(conn, company_id, f"{tag}-{key}", expires_at=ended)
+            await _event(conn, company_id, f"{tag}-{key}", created_at=ended, delivered=True)
         # a spent nonce may be replayed until it expires: used_at + the longest nonce life
         for key, used in (
             ("expired", ago(MARGIN + retention.NONCE_TTL_MAX + 1)),
@@ -100,6 +142,8 @@ async def _keys(pool, company_id) -> dict[str, set[str]]:
             "commerce_idempotency": {r[0] for r in await conn.fetch("SELECT key FROM commerce_idempotency")},
             "verb_nonce_mismatches": {r[0] for r in await conn.fetch("SELECT nonce_id FROM verb_nonce_mismatches")},
             "verb_nonces": {r[0] for r in await conn.fetch("SELECT nonce_id FROM verb_nonces")},
+            "checkout_sessions": {r[0] for r in await conn.fetch("SELECT id FROM checkout_sessions")},
+            "webhook_outbox": {r[0] for r in await conn.fetch("SELECT order_id FROM webhook_outbox")},
             "verb_daily_usage": {r[0] for r in await conn.fetch("SELECT cap_class FROM verb_daily_usage")},
             "verb_principal_usage": {r[0] for r in await conn.fetch("SELECT principal FROM verb_principal_usage")},
             "webmcp_sessions": {
@@ -146,6 +190,23 @@ async def test_run_once_deletes_only_expired_rows_of_every_company(database, com
             assert keys == want, table
     # a second round finds nothing
     assert await retention.run_once(database.pool, now=NOW, margin=MARGIN, batch=1000) == {}
+
+
+async def test_orders_checkouts_and_queued_webhooks_are_kept(database, companies):
+    """Only abandoned checkouts go (one that became an order stays with it), and only webhook events
+    no longer queued (delivered, or given up after the last attempt); one still retried stays."""
+    a, _ = companies
+    old = ago(MARGIN + retention.COMMERCE_KEEP + 10)
+    async with tenant_tx(database.pool, a.id) as conn:
+        await _checkout(conn, a.id, "abandoned", expires_at=old)
+        await _checkout(conn, a.id, "ordered", expires_at=old, order_id="ord_1")
+        await _event(conn, a.id, "delivered", created_at=old, delivered=True)
+        await _event(conn, a.id, "given-up", created_at=old, delivered=False)
+        await _event(conn, a.id, "retrying", created_at=old, delivered=False, queued=True)
+    done = await retention.sweep_company(database.pool, a.id, now=NOW, margin=MARGIN, batch=100)
+    assert done == {"checkout_sessions": 1, "webhook_outbox": 2}
+    left = await _keys(database.pool, a.id)
+    assert left["checkout_sessions"] == {"ordered"} and left["webhook_outbox"] == {"retrying"}
 
 
 async def test_batches_continue_until_every_expired_row_is_gone(database, companies):

@@ -27,6 +27,7 @@ from .db import tenant_tx
 from .periodic import all_companies, every, one_replica
 
 __all__ = [
+    "COMMERCE_KEEP",
     "LOCK_KEY",
     "NONCE_TTL_MAX",
     "RULES",
@@ -49,18 +50,25 @@ NONCE_TTL_MAX = 3600
 #: How long a day's usage counters (daily caps, per-buyer limits) are kept after the UTC day ended,
 #: seconds: they decide nothing once the day is over; yesterday's stay for an operator to look at.
 USAGE_KEEP = 2 * 86400
+#: How long an abandoned checkout session (expired, never an order) and a webhook event that is no
+#: longer queued (delivered, or given up) are kept, seconds: 30 days for support and disputes; they
+#: hold buyer data (email, addresses) and nothing reads them once the API answers not_found.
+COMMERCE_KEEP = 30 * 86400
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     """Rows of ``table`` whose ``column`` (timestamptz) is older than ``now - margin - extra``
     seconds decide nothing any more. ``by_day``: ``column`` is a UTC ``date`` (the day a counter
-    counts); its rows go when the whole day is older than that."""
+    counts); its rows go when the whole day is older than that. ``where``: only rows meeting this
+    SQL condition too."""
 
     table: str
     column: str
     extra: int = 0
     by_day: bool = False
+    #: a further SQL condition on the rows (which of them are done with)
+    where: str = ""
 
 
 RULES: tuple[Rule, ...] = (
@@ -73,6 +81,16 @@ RULES: tuple[Rule, ...] = (
     # rows per principal and day, so no index: the batch's scan is short
     Rule("verb_daily_usage", "day", USAGE_KEEP, by_day=True),
     Rule("verb_principal_usage", "day", USAGE_KEEP, by_day=True),
+    # an expired checkout reads as canceled until it goes; one that became an order stays with it
+    Rule("checkout_sessions", "expires_at", COMMERCE_KEEP, where="order_id IS NULL"),
+    # an event still queued may be retried: only a delivered or abandoned one goes
+    Rule(
+        "webhook_outbox",
+        "created_at",
+        COMMERCE_KEEP,
+        where="(delivered_at IS NOT NULL OR NOT EXISTS (SELECT 1 FROM webhook_queue q"
+        " WHERE q.company_id = webhook_outbox.company_id AND q.event_id = webhook_outbox.id))",
+    ),
 )
 
 
@@ -86,9 +104,10 @@ def cutoff(rule: Rule, now: dt.datetime, margin: int) -> dt.datetime | dt.date:
 
 def _delete_sql(rule: Rule) -> str:
     # a bounded batch (LIMIT in the subquery); the outer condition holds again for the rows deleted
+    cond = f"{rule.column} < $1" + (f" AND {rule.where}" if rule.where else "")
     return (
         f"DELETE FROM {rule.table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {rule.table} "
-        f"WHERE {rule.column} < $1 LIMIT $2)) AND {rule.column} < $1"
+        f"WHERE {cond} LIMIT $2)) AND {cond}"
     )
 
 
