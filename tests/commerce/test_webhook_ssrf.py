@@ -23,7 +23,7 @@ from ucp_gateway.db import platform_scan_tx, tenant_tx
 from ucp_gateway.discovery import InvalidProfileUrl, ProfileFetcher
 from ucp_gateway.discovery.ssrf import system_resolver
 
-from .conftest import SHIP_US, make_app, new_key, pay, payload, started, url
+from .conftest import SHIP_US, Platform, make_app, new_key, pay, payload, started, url
 from .sigutil import sign_webhook, verify
 
 
@@ -291,3 +291,33 @@ async def test_conformance_mode_still_delivers_through_the_fallback(
     assert row["target_url"] == f"{platform.base}/webhooks" and row["delivered_at"] is not None
     clock.advance(timedelta(hours=1).total_seconds())
     assert await workers(settings).run_once() == 0 and len(platform.received) == 1
+
+
+async def test_the_apps_own_worker_refuses_and_delivers(
+    aiohttp_client, database, db_settings, company, clock, platform, internal
+):
+    """The worker the app runs (webhook_worker_ctx, targets through app[PROFILE_FETCHER]): an internal
+    target is refused for good, another platform's allowlisted one is delivered."""
+    other = await Platform().start()
+    try:
+        other.webhook_url = f"http://localhost:{other.port}/webhooks"
+        platform.webhook_url = f"http://127.0.0.1:{internal.port}/hook"
+        settings = db_settings.model_copy(update={"dev_profile_hosts": ["localhost"]})
+        app = make_app(
+            database, settings, clock, dev_profile_hosts=["localhost"], webhook_worker=True, webhook_poll_interval=0.05
+        )
+        shop = await started(aiohttp_client, app, database, company)
+        await _complete(shop, f"http://localhost:{platform.port}/profile/a.json")
+        clock.advance(1)
+        await _complete(shop, f"http://localhost:{other.port}/profile/a.json")
+        for _ in range(200):
+            rows = await _outbox(database, company)
+            if all(r["attempts"] for r in rows) and other.received:
+                break
+            await asyncio.sleep(0.05)
+        first, second = await _outbox(database, company)
+        assert first["last_error"] == "target refused: webhook URL must use https" and first["delivered_at"] is None
+        assert second["delivered_at"] is not None and len(other.received) == 1
+        assert internal.hits == 0 and platform.received == []
+    finally:
+        await other.runner.cleanup()
