@@ -84,7 +84,9 @@ def clock():
 
 class Platform:
     """Real test platforms on 127.0.0.1: ``/profile/{name}.json`` (UCP platform profile with the
-    checkout extensions and the order capability's webhook_url) and ``POST /webhooks``."""
+    checkout extensions and the order capability's webhook_url: ``webhook_url``, default this
+    platform's ``/webhooks``; ``raw_document`` replaces the whole profile) and ``POST /webhooks``.
+    ``profile_hits`` counts profile requests."""
 
     def __init__(self, signing_keys: list | None = None):
         self.received: list[tuple[dict, bytes]] = []
@@ -93,6 +95,9 @@ class Platform:
         self.hanging = False
         self.inflight = 0
         self.signing_keys = signing_keys or []
+        self.webhook_url: str | None = None
+        self.raw_document: dict | None = None
+        self.profile_hits = 0
 
     async def start(self):
         app = web.Application()
@@ -134,7 +139,7 @@ class Platform:
                 "version": "2026-04-08",
                 "spec": "https://ucp.dev/2026-04-08/specification/order",
                 "schema": "https://ucp.dev/2026-04-08/schemas/shopping/order.json",
-                "config": {"webhook_url": self.base + "/webhooks"},
+                "config": {"webhook_url": self.webhook_url or self.base + "/webhooks"},
             }
         ]
         return {
@@ -143,7 +148,9 @@ class Platform:
         }
 
     async def profile(self, request):
-        return web.json_response(self.document(), headers={"Cache-Control": "public, max-age=300"})
+        self.profile_hits += 1
+        doc = self.raw_document if self.raw_document is not None else self.document()
+        return web.json_response(doc, headers={"Cache-Control": "public, max-age=300"})
 
     async def hook(self, request):
         body = await request.read()

@@ -9,11 +9,11 @@ import asyncio
 import json
 from urllib.parse import urlsplit
 
-import aiohttp
 import pytest
 
 from ucp_gateway.commerce.webhooks import WebhookWorker, _default_signer, profile_target_resolver
 from ucp_gateway.db import tenant_tx
+from ucp_gateway.discovery import ProfileFetcher
 from ucp_gateway.keys import ensure_active_key
 
 from .conftest import Platform, make_app, new_key
@@ -144,16 +144,16 @@ async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings)
     verify_with_jwk(RespMsg(r1.status, dict(r1.headers), b1), shop_keys[kid], ("@status", "content-digest"))
 
     # the order webhook, signed with the company key, verified against /.well-known/ucp
-    async with aiohttp.ClientSession() as s:
-        w = WebhookWorker(
-            database.pool,
-            db_settings,
-            _Clock(),
-            signer=_default_signer,
-            resolve_target=profile_target_resolver(s),
-            session=s,
-        )
+    settings = db_settings.model_copy(update={"dev_profile_hosts": ["127.0.0.1"]})  # the buyer's http host
+    fetcher = ProfileFetcher(settings)
+    w = WebhookWorker(
+        database.pool, settings, _Clock(), signer=_default_signer, resolve_target=profile_target_resolver(fetcher)
+    )
+    try:
         assert await w.run_once() == 1
+    finally:
+        await w.close()
+        await fetcher.close()
     ((h, body),) = buyer.received
     order = json.loads(body)
     assert order["id"] == done["order"]["id"] and order["totals"][-1]["amount"] == 3200

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 
-import aiohttp
 import pytest
 from pydantic import SecretStr
 from ucp_sdk.models.schemas.shopping.order import Order
 
 from ucp_gateway.commerce.webhooks import WebhookWorker, backoff, profile_target_resolver
 from ucp_gateway.db import tenant_tx
+from ucp_gateway.discovery import ProfileFetcher
 
 from .conftest import SHIP_US, make_app, new_key, pay, payload, started, url
 from .conftest import agent as conftest_agent
@@ -27,23 +27,23 @@ async def shop(aiohttp_client, database, db_settings, company, clock, platform):
 
 @pytest.fixture
 async def worker_factory(database, db_settings, clock):
-    sessions = []
+    """Workers as the app builds them: guarded session, targets through a ProfileFetcher; the test
+    platform's plain-http loopback host is on the dev allowlist, as for the app (make_app)."""
+    settings = db_settings.model_copy(update={"dev_profile_hosts": ["127.0.0.1"]})
+    fetcher = ProfileFetcher(settings, clock=clock)
+    workers = []
 
     def make():
-        s = aiohttp.ClientSession()
-        sessions.append(s)
-        return WebhookWorker(
-            database.pool,
-            db_settings,
-            clock,
-            signer=sign_webhook,
-            resolve_target=profile_target_resolver(s),
-            session=s,
+        w = WebhookWorker(
+            database.pool, settings, clock, signer=sign_webhook, resolve_target=profile_target_resolver(fetcher)
         )
+        workers.append(w)
+        return w
 
     yield make
-    for s in sessions:
-        await s.close()
+    for w in workers:
+        await w.close()
+    await fetcher.close()
 
 
 async def _order(shop, platform) -> str:

@@ -2,6 +2,11 @@
 
 The ``ucp`` envelopes list what this gateway implements; when discovery's negotiation has put the
 intersection on the request (``REQ_NEGOTIATED``), that list is used instead (UCP overview N7).
+
+The platform's order ``webhook_url`` (what complete stores as the outbox target) is kept only when it
+passes the outbound URL policy (``discovery.ssrf.check_target``, the profile fetcher's): otherwise
+the order is written with no target, a ``webhook_url_refused`` warning names the platform profile and
+the reason (never the URL), and the delivery worker refuses it again at its first attempt.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..company_settings import commerce, setting
 from ..config import Settings
+from ..discovery.ssrf import RefusedUrl, check_target
 from ..errors import BadRequest, GatewayError, NotFound
+from ..logs import get_logger
 from ..tenancy import Company, public_origin, resolve_host, valid_host_header
 from .catalog import PickupLocation
 from .checkout import ShopInfo
@@ -84,13 +91,16 @@ async def company_of(request: web.Request) -> Company:
 
 @dataclass(frozen=True)
 class Negotiation:
-    """What discovery negotiated for this request (None fields: not known)."""
+    """What discovery negotiated for this request (None fields: not known). ``webhook_url`` is the
+    profile's order webhook_url that passed the outbound URL policy, else None."""
 
     profile_url: str
     checkout_caps: dict[str, list[dict[str, str]]] | None
     order_caps: dict[str, list[dict[str, str]]] | None
     webhook_url: str | None
 
+
+_log = get_logger("ucp_gateway.commerce.context")
 
 PROFILE_CACHE = web.AppKey("ucpgw.commerce_business_profiles", dict)
 _PROFILE_TTL = 5.0
@@ -138,11 +148,20 @@ async def _business_profile(app: web.Application, company: Company, origin: str)
     return doc
 
 
-def _webhook_url(capabilities: Mapping[str, Sequence[Mapping[str, Any]]]) -> str | None:
+def _webhook_url(
+    capabilities: Mapping[str, Sequence[Mapping[str, Any]]], dev_hosts: frozenset[str], profile_url: str
+) -> str | None:
+    """The first order ``config.webhook_url`` of a platform profile when it passes
+    ``check_target`` (``dev_hosts``: the dev allowlist, empty outside development), else None: a
+    refused URL is logged (``webhook_url_refused``: profile, reason) and not used."""
     for entry in capabilities.get("dev.ucp.shopping.order") or ():
         url = ((entry or {}).get("config") or {}).get("webhook_url")
         if isinstance(url, str) and url:
-            return url
+            try:
+                return check_target(url, dev_hosts=dev_hosts, what="webhook")
+            except RefusedUrl as exc:
+                _log.warning("webhook_url_refused", profile=profile_url, reason=str(exc))
+                return None
     return None
 
 
@@ -220,7 +239,7 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
         # webhook_url from the raw profile at delivery time.
         agent = agent or parse_ucp_agent(header, http_hosts=hosts)
         return Negotiation(agent.profile, None, None, None)
-    return _negotiation(rn.agent.profile, rn.negotiated, rn.profile, operation)
+    return _negotiation(rn.agent.profile, rn.negotiated, rn.profile, operation, hosts)
 
 
 # The Negotiation derived from one (negotiated, platform profile) pair is the same every time:
@@ -228,14 +247,21 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
 _NEG_MEMO: dict[tuple, tuple[Any, Any, Negotiation]] = {}
 
 
-def _negotiation(profile_url: str, negotiated: Any, profile: Any, operation: str) -> Negotiation:
-    key = (id(negotiated), id(profile), profile_url, operation)
+def _negotiation(
+    profile_url: str, negotiated: Any, profile: Any, operation: str, dev_hosts: frozenset[str] = frozenset()
+) -> Negotiation:
+    """The Negotiation of one (negotiated, profile) pair; its webhook_url is checked (:func:`_webhook_url`),
+    so a refused one is logged once per fetched profile and operation, not per request."""
+    key = (id(negotiated), id(profile), profile_url, operation, dev_hosts)
     hit = _NEG_MEMO.get(key)
     if hit is not None and hit[0] is negotiated and hit[1] is profile:
         return hit[2]
     order_caps = negotiated.response_registry("order") if "dev.ucp.shopping.order" in negotiated.capabilities else None
     out = Negotiation(
-        profile_url, negotiated.response_registry(operation), order_caps, _webhook_url(profile.capabilities)
+        profile_url,
+        negotiated.response_registry(operation),
+        order_caps,
+        _webhook_url(profile.capabilities, dev_hosts, profile_url),
     )
     if len(_NEG_MEMO) >= 2048:  # bounded
         _NEG_MEMO.clear()

@@ -8,13 +8,21 @@ company's active key (RFC 9421 via ``httpsig.sign_webhook_request``) and POSTs i
 same ``Webhook-Id`` / ``Webhook-Timestamp`` on every retry. 2xx -> delivered; otherwise retried with
 exponential backoff (base * 2**(n-1), capped) up to ``webhook_max_attempts``. A crash between
 commit and delivery loses nothing: the queue row stays due. A delivery failure never touches the API.
+
+Targets are outbound requests under discovery's SSRF guard (``discovery.ssrf``, the policy of profile
+fetches): before each attempt the URL must pass ``check_target`` (https, or http for a dev allowlisted
+host in development; no credentials; an IP literal must be globally routable, loopback only for an
+allowlisted host), and the POST goes through ``guarded_session`` (every named host resolved and
+checked for the connection, no DNS cache, no proxy from the environment, no redirects followed).
+A refused target (by the URL check, or its host resolving to a special-use address at connect
+time) is a permanent failure of that event: ``last_error`` says why, no retry, a warning is logged
+(never the URL, which may carry a token). Rows written before the check are judged the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -29,6 +37,10 @@ from ..appkeys import CLOCK, DATABASE, SETTINGS
 from ..clock import Clock
 from ..config import Settings
 from ..db import platform_scan_tx, tenant_tx
+from ..discovery.fetcher import ProfileFetcher
+from ..discovery.ssrf import BlockedAddress, HostResolver, RefusedUrl, check_target, dev_allowlist, guarded_session
+from ..errors import GatewayError
+from ..logs import get_logger
 from ..tenancy import get_company, public_origin
 from .context import caller_profile_url
 
@@ -42,6 +54,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("ucp_gateway.commerce.webhooks")
+_log = get_logger("ucp_gateway.commerce.webhooks")
 
 
 class WebhookSigner(Protocol):
@@ -70,24 +83,47 @@ def backoff(attempt: int, base: float, cap: float) -> float:
     return min(cap, base * (2 ** max(0, attempt - 1)))
 
 
-def webhook_url_from_profile(profile: dict[str, Any]) -> str | None:
-    """``capabilities["dev.ucp.shopping.order"][].config.webhook_url`` of a platform profile."""
-    caps = (profile.get("ucp") or profile).get("capabilities") or {}
+def webhook_url_from_profile(profile: Any) -> str | None:
+    """``capabilities["dev.ucp.shopping.order"][].config.webhook_url`` of a platform profile (a JSON
+    document as fetched, any shape: None when it has no such string). Not checked: see the worker."""
+    if not isinstance(profile, dict):
+        return None
+    ucp = profile.get("ucp") or profile
+    caps = (ucp.get("capabilities") if isinstance(ucp, dict) else None) or {}
     if isinstance(caps, list):  # the 2026-01 profile form: a list of {name, version, config}
         entries = [c for c in caps if isinstance(c, dict) and c.get("name") == "dev.ucp.shopping.order"]
-    else:
+    elif isinstance(caps, dict):
         entries = caps.get("dev.ucp.shopping.order") or []
+    else:
+        return None
     if isinstance(entries, dict):
         entries = [entries]
+    if not isinstance(entries, list):
+        return None
     for e in entries:
-        url = ((e or {}).get("config") or {}).get("webhook_url")
+        config = e.get("config") if isinstance(e, dict) else None
+        url = config.get("webhook_url") if isinstance(config, dict) else None
         if isinstance(url, str) and url:
             return url
     return None
 
 
+class _Refused(Exception):
+    """The target's host resolved to a special-use address at connect time (permanent)."""
+
+
 class WebhookWorker:
-    """Delivers due outbox events. ``run_once()`` is one scan (tests and the loop use it)."""
+    """Delivers due outbox events. ``run_once()`` is one scan (tests and the loop use it).
+
+    Args:
+        pool, settings, clock: the gateway's (``settings``: the ``webhook_*`` fields and the dev
+            allowlist, ``dev_profile_hosts``, honoured in development only).
+        signer: signs each POST (:class:`WebhookSigner`).
+        resolve_target: ``async (caller profile URL) -> webhook_url | None`` for rows stored without a
+            target (:func:`profile_target_resolver`); a GatewayError it raises is a retried failure.
+        resolver: name-resolution seam of the guarded session ``async (host, port) -> [ip]``
+            (default: the OS resolver). The worker owns its session; ``await worker.close()`` ends it.
+    """
 
     def __init__(
         self,
@@ -97,11 +133,24 @@ class WebhookWorker:
         *,
         signer: WebhookSigner,
         resolve_target: TargetResolver,
-        session: aiohttp.ClientSession,
+        resolver: HostResolver | None = None,
         batch: int = 20,
     ):
         self.pool, self.settings, self.clock = pool, settings, clock
-        self.signer, self.resolve_target, self.session, self.batch = signer, resolve_target, session, batch
+        self.signer, self.resolve_target, self.batch = signer, resolve_target, batch
+        self._dev_hosts = dev_allowlist(settings)
+        self._resolver = resolver
+        self._session: aiohttp.ClientSession | None = None
+
+    def _session_for_loop(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = guarded_session(dev_hosts=self._dev_hosts, resolver=self._resolver, auto_decompress=False)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def _lease(self) -> list[tuple[uuid.UUID, uuid.UUID]]:
         now = self.clock.now()
@@ -135,12 +184,31 @@ class WebhookWorker:
         if row is None or row["delivered_at"] is not None:
             await self._dequeue(company_id, event_id)
             return 0
-        error = None
-        target = row["target_url"] or await self.resolve_target(caller_profile_url(row["caller"]))
+        error: str | None = None
+        refused = False
+        target = row["target_url"]
         if not target:
+            try:
+                target = await self.resolve_target(caller_profile_url(row["caller"]))
+            except GatewayError as exc:
+                error = f"platform profile: {exc.message}"[:500]
+        if error is None and not target:
             error = "platform profile declares no order webhook_url"
-        else:
-            error = await self._post(company_id, row, target)
+        elif error is None:
+            try:
+                check_target(target, dev_hosts=self._dev_hosts, what="webhook")
+                error = await self._post(company_id, row, target)
+            except (RefusedUrl, _Refused) as exc:
+                error, refused = f"target refused: {exc}", True
+                _log.warning(
+                    "webhook_target_refused",
+                    company_id=str(company_id),
+                    webhook_id=str(event_id),
+                    caller=row["caller"],
+                    reason=str(exc),
+                )
+        if refused:
+            target = row["target_url"]  # a refused URL is never stored (simulate_shipping copies it)
         now = self.clock.now()
         attempts = row["attempts"] + 1
         async with tenant_tx(self.pool, company_id) as conn:
@@ -166,7 +234,7 @@ class WebhookWorker:
                     target,
                     error[:500],
                 )
-        if error is None or attempts >= self.settings.webhook_max_attempts:
+        if error is None or refused or attempts >= self.settings.webhook_max_attempts:
             await self._dequeue(company_id, event_id)
         else:
             async with platform_scan_tx(self.pool, "webhook_queue") as pconn:
@@ -185,6 +253,8 @@ class WebhookWorker:
             )
 
     async def _post(self, company_id: uuid.UUID, row: asyncpg.Record, target: str) -> str | None:
+        """One signed POST to ``target`` (already checked): None when delivered, else why not.
+        Raises _Refused when the host resolves to a special-use address."""
         company = await get_company(self.pool, str(company_id))
         host = company.hostnames[0] if company.hostnames else "localhost"
         ucp_agent = (
@@ -206,11 +276,15 @@ class WebhookWorker:
             return f"signing failed: {exc.__class__.__name__}"
         try:
             timeout = aiohttp.ClientTimeout(total=self.settings.webhook_timeout)
-            async with self.session.post(
+            async with self._session_for_loop().post(
                 target, data=body, headers=headers, timeout=timeout, allow_redirects=False
             ) as resp:
                 await resp.read()
                 return None if 200 <= resp.status < 300 else f"HTTP {resp.status}"
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, BlockedAddress):
+                raise _Refused("webhook host resolves to a special-use address") from None
+            return f"{exc.__class__.__name__}: {exc}"[:500]
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return f"{exc.__class__.__name__}: {exc}"[:500]
 
@@ -223,25 +297,15 @@ class WebhookWorker:
             await asyncio.sleep(self.settings.webhook_poll_interval)
 
 
-def profile_target_resolver(
-    session: aiohttp.ClientSession, *, max_bytes: int = 256 * 1024, timeout: float = 5.0
-) -> TargetResolver:
-    """Fallback resolver: GET the platform profile (no redirects, size and time bounds) and read its
-    order ``webhook_url``. Discovery's cached, SSRF-guarded fetcher replaces it when wired."""
+def profile_target_resolver(fetcher: ProfileFetcher) -> TargetResolver:
+    """Target of a row stored without one (conformance mode, or no acceptable webhook_url when the
+    order was written): the order ``webhook_url`` of the caller's platform profile, fetched now by
+    discovery's fetcher (``ProfileFetcher.fetch_document``: URL policy, SSRF guard, no redirects,
+    size and time bounds; no schema, since conformance profiles are 2026-01 documents). The worker
+    checks the URL it returns. Raises the fetcher's GatewayErrors (the worker retries)."""
 
     async def resolve(profile_url: str) -> str | None:
-        try:
-            async with session.get(
-                profile_url, allow_redirects=False, timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as resp:
-                if resp.status != 200:
-                    return None
-                raw = await resp.content.read(max_bytes + 1)
-                if len(raw) > max_bytes:
-                    return None
-                return webhook_url_from_profile(json.loads(raw))
-        except (TimeoutError, aiohttp.ClientError, ValueError, OSError):
-            return None
+        return webhook_url_from_profile(await fetcher.fetch_document(profile_url))
 
     return resolve
 
@@ -253,16 +317,21 @@ async def _default_signer(pool: Any, company_id: uuid.UUID, **kw: Any) -> dict[s
 
 
 async def webhook_worker_ctx(app: web.Application) -> AsyncIterator[None]:
-    """cleanup_ctx: run the delivery worker for the app's lifetime."""
-    session = aiohttp.ClientSession(auto_decompress=False)
-    resolver = app.get(WEBHOOK_TARGETS) or profile_target_resolver(session)
+    """cleanup_ctx: run the delivery worker for the app's lifetime (targets of rows stored without one
+    are read through discovery's profile fetcher, ``app[PROFILE_FETCHER]``, else one of its own)."""
+    from ..discovery.web import PROFILE_FETCHER
+
+    settings = app[SETTINGS]
+    fetcher = app.get(PROFILE_FETCHER)
+    own = None
+    if fetcher is None:
+        fetcher = own = ProfileFetcher(settings, clock=app[CLOCK])
     worker = WebhookWorker(
         app[DATABASE].pool,
-        app[SETTINGS],
+        settings,
         app[CLOCK],
         signer=app.get(WEBHOOK_SIGNER) or _default_signer,
-        resolve_target=resolver,
-        session=session,
+        resolve_target=app.get(WEBHOOK_TARGETS) or profile_target_resolver(fetcher),
     )
     task = asyncio.create_task(worker.run_forever(), name="ucpgw-webhooks")
     try:
@@ -271,4 +340,6 @@ async def webhook_worker_ctx(app: web.Application) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await session.close()
+        await worker.close()
+        if own is not None:
+            await own.close()

@@ -12,15 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit
 
 import http_sf
 
 from .errors import InvalidProfileUrl
+from .ssrf import MAX_URL, RefusedUrl, check_url
 
 __all__ = ["MAX_PROFILE_URL", "AgentHeader", "agent_from_meta", "parse_ucp_agent", "validate_profile_url"]
 
-MAX_PROFILE_URL = 2048  # characters; longer URLs are refused before any fetch
+MAX_PROFILE_URL = MAX_URL  # characters; longer URLs are refused before any fetch
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,8 @@ def validate_profile_url(url: str, *, http_hosts: frozenset[str] = frozenset()) 
         url: the candidate URL.
         http_hosts: lower-case host names for which plain ``http`` is accepted (dev allowlist).
     Raises:
-        InvalidProfileUrl: not an absolute https URL, embedded credentials, no host, or too long.
+        InvalidProfileUrl: not an absolute https URL, embedded credentials, no host, or too long
+            (the outbound URL policy, :func:`.ssrf.check_url`).
     """
     return _checked_url(url, http_hosts)
 
@@ -53,25 +54,11 @@ def validate_profile_url(url: str, *, http_hosts: frozenset[str] = frozenset()) 
 @functools.lru_cache(maxsize=4096)
 def _checked_url(url: str, http_hosts: frozenset[str]) -> str:
     # pure, and every request checks its (usually cached) profile URL again: memoised (refusals
-    # raise and are never cached)
-    if not url or len(url) > MAX_PROFILE_URL:
-        raise InvalidProfileUrl("profile URL is empty or too long")
+    # raise and are never cached). The rules are the outbound policy's (ssrf.check_url).
     try:
-        parts = urlsplit(url)
-        host = parts.hostname
-        _ = parts.port  # raises ValueError on a bad port
-    except ValueError:
-        raise InvalidProfileUrl("profile URL cannot be parsed") from None
-    if not host:
-        raise InvalidProfileUrl("profile URL has no host")
-    if parts.username is not None or parts.password is not None:
-        raise InvalidProfileUrl("profile URL must not carry credentials")
-    scheme = parts.scheme.lower()
-    if scheme == "https":
-        return url
-    if scheme == "http" and host.lower() in http_hosts:
-        return url
-    raise InvalidProfileUrl("profile URL must use https")
+        return check_url(url, dev_hosts=http_hosts, what="profile")
+    except RefusedUrl as exc:
+        raise InvalidProfileUrl(str(exc)) from None
 
 
 def parse_ucp_agent(header: str | None, *, http_hosts: frozenset[str] = frozenset()) -> AgentHeader:

@@ -2,7 +2,8 @@
 
 Rules implemented (settings in brackets):
 - https only; plain http only for hosts on the dev allowlist in development [dev_profile_hosts];
-- SSRF guard: special-use addresses refused, connection made to the checked address (``ssrf``);
+- SSRF guard: special-use addresses refused, connection made to the checked address (``ssrf``: the
+  one outbound policy, :func:`.ssrf.check_target` before the request, :func:`.ssrf.guarded_session`);
 - no redirects; connect and read timeouts [profile_fetch_connect_timeout, _read_timeout];
 - body cap [profile_fetch_max_bytes], enforced on the decoded stream;
 - LRU cache [profile_cache_size] with a TTL floor [profile_cache_ttl_floor] that honours a longer
@@ -14,12 +15,16 @@ Rules implemented (settings in brackets):
   seconds past expiry.
 
 It implements the signature middleware's key-resolver protocol (:meth:`ProfileFetcher.resolve`).
+:meth:`ProfileFetcher.fetch_document` fetches a JSON document under the same rules without the
+schema, the cache or the backoff (the order-webhook worker reads profiles the ucp-sdk model refuses).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,7 +38,7 @@ from .agent_header import validate_profile_url
 from .caching import cache_ttl
 from .errors import InvalidProfileUrl, ProfileMalformed, ProfileUnreachable
 from .profiles import PlatformProfile, parse_platform_profile
-from .ssrf import BlockedAddress, GuardedResolver, HostResolver, address_allowed, ip_literal
+from .ssrf import BlockedAddress, HostResolver, RefusedUrl, check_target, dev_allowlist, guarded_session
 
 __all__ = ["USER_AGENT", "ProfileFetcher"]
 
@@ -71,7 +76,7 @@ class ProfileFetcher:
     def __init__(self, settings: Settings, *, clock: Clock | None = None, resolver: HostResolver | None = None):
         self._s = settings
         self._clock = clock or SystemClock()
-        self._dev_hosts = frozenset(h.lower() for h in settings.dev_profile_hosts) if settings.dev_mode else frozenset()
+        self._dev_hosts = dev_allowlist(settings)
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
@@ -127,6 +132,22 @@ class ProfileFetcher:
                 return entry.profile
             raise
 
+    async def fetch_document(self, url: str) -> Any:
+        """The JSON document at ``url``, fetched now under the fetcher's rules (URL policy, SSRF
+        guard, no redirects, timeouts, body cap) but neither validated against the platform schema
+        nor cached, and without the backoff of :meth:`get_profile`.
+
+        Raises: InvalidProfileUrl (400: the URL policy or a special-use address), ProfileUnreachable
+            (424: timeout, connection, redirect, non-200), ProfileMalformed (422: too large, not JSON).
+        """
+        status, _, body = await self._exchange(url, {"Accept": "application/json", "Accept-Encoding": "identity"})
+        if status != 200 or body is None:
+            raise ProfileUnreachable(f"profile fetch answered HTTP {status}")
+        try:
+            return json.loads(body)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise ProfileMalformed("profile is not JSON") from None
+
     def cached(self, url: str) -> PlatformProfile | None:
         """The cached copy (fresh or stale) without any I/O."""
         entry = self._cache.get(url)
@@ -143,12 +164,7 @@ class ProfileFetcher:
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                resolver=GuardedResolver(self._resolver, loopback_hosts=self._dev_hosts),
-                use_dns_cache=False,
-                limit=100,
-            )
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=True)
+            self._session = guarded_session(dev_hosts=self._dev_hosts, resolver=self._resolver, limit=100)
         return self._session
 
     async def _single_flight(self, url: str) -> PlatformProfile:
@@ -182,38 +198,45 @@ class ProfileFetcher:
         return profile
 
     async def _fetch(self, url: str, previous: PlatformProfile | None) -> tuple[PlatformProfile, float]:
-        host = urlsplit(url).hostname or ""
-        if ip_literal(host) and not address_allowed(host, allow_loopback=host.lower() in self._dev_hosts):
-            raise InvalidProfileUrl("profile host is a special-use address")
+        s = self._s
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+        if previous is not None and previous.etag:
+            headers["If-None-Match"] = previous.etag
+        status, resp_headers, body = await self._exchange(url, headers)
+        ttl = cache_ttl(resp_headers.get("Cache-Control"), floor=s.profile_cache_ttl_floor, cap=s.profile_cache_ttl_max)
+        if status == 304 and previous is not None:
+            return previous, ttl
+        if status != 200 or body is None:
+            raise ProfileUnreachable(f"profile fetch answered HTTP {status}")
+        return parse_platform_profile(url, body, etag=resp_headers.get("ETag")), ttl
+
+    async def _exchange(self, url: str, headers: dict[str, str]) -> tuple[int, Mapping[str, str], bytes | None]:
+        """One guarded GET: (status, response headers, body of a 200 read under the cap, else None).
+
+        Raises: InvalidProfileUrl, ProfileUnreachable (a redirect other than 304 among them),
+            ProfileMalformed (body over the cap).
+        """
+        try:
+            check_target(url, dev_hosts=self._dev_hosts, what="profile")
+        except RefusedUrl as exc:
+            raise InvalidProfileUrl(str(exc)) from None
         s = self._s
         timeout = aiohttp.ClientTimeout(
             total=s.profile_fetch_connect_timeout + s.profile_fetch_read_timeout,
             sock_connect=s.profile_fetch_connect_timeout,
             sock_read=s.profile_fetch_read_timeout,
         )
-        headers = {"Accept": "application/json", "Accept-Encoding": "identity", "User-Agent": USER_AGENT}
-        if previous is not None and previous.etag:
-            headers["If-None-Match"] = previous.etag
         self.fetch_count += 1
         try:
             async with self._session_for_loop().get(
-                url, allow_redirects=False, headers=headers, timeout=timeout
+                url, allow_redirects=False, headers={**headers, "User-Agent": USER_AGENT}, timeout=timeout
             ) as resp:
                 if 300 <= resp.status < 400 and resp.status != 304:
                     raise ProfileUnreachable(
                         f"profile fetch answered a redirect ({resp.status}); redirects are refused"
                     )
-                ttl = cache_ttl(
-                    resp.headers.get("Cache-Control"),
-                    floor=s.profile_cache_ttl_floor,
-                    cap=s.profile_cache_ttl_max,
-                )
-                if resp.status == 304 and previous is not None:
-                    return previous, ttl
-                if resp.status != 200:
-                    raise ProfileUnreachable(f"profile fetch answered HTTP {resp.status}")
-                body = await _read_capped(resp, s.profile_fetch_max_bytes)
-                etag = resp.headers.get("ETag")
+                body = await _read_capped(resp, s.profile_fetch_max_bytes) if resp.status == 200 else None
+                return resp.status, resp.headers, body
         except TimeoutError:
             raise ProfileUnreachable("profile fetch timed out") from None
         except aiohttp.ClientConnectorError as exc:
@@ -224,7 +247,6 @@ class ProfileFetcher:
             raise ProfileUnreachable("cannot connect to the profile host") from None
         except aiohttp.ClientError as exc:
             raise ProfileUnreachable(f"profile fetch failed: {type(exc).__name__}") from None
-        return parse_platform_profile(url, body, etag=etag), ttl
 
 
 async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
