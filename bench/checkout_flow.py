@@ -301,20 +301,31 @@ def gateway_env(dsn: str, ring: str, tmp: Path, pool_max: str | None = None) -> 
     return env
 
 
-def _cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds of ``pids`` and their children (PostgreSQL backends)."""
+def _cpu_times(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds of each of ``pids`` and their children (PostgreSQL backends), by pid."""
     import psutil
 
-    total = 0.0
+    out: dict[int, float] = {}
     for pid in pids:
         try:
-            proc = psutil.Process(pid)
-            for p in (proc, *proc.children(recursive=True)):
-                t = p.cpu_times()
-                total += t.user + t.system
+            procs = (psutil.Process(pid), *psutil.Process(pid).children(recursive=True))
         except psutil.Error:
             continue
-    return total
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:  # exited meanwhile
+                continue
+            out[p.pid] = t.user + t.system
+    return out
+
+
+def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two :func:`_cpu_times` readings: each process alive at the end
+    counts what it spent since the first (all of it if it started meanwhile). A process that exited
+    in between (an autovacuum worker, a closed backend) is left out: summing totals instead took
+    its whole past off the figure, and PostgreSQL's CPU per flow once read -0.7 ms."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
 async def _sample_waits(dsn: str, seconds: float) -> dict[str, float]:
@@ -398,16 +409,17 @@ async def _load(
     tasks = [asyncio.create_task(worker(i, b)) for i, b in enumerate(buyers)]
     await asyncio.sleep(warmup)
     measuring = True
-    cpu0 = [_cpu_seconds(p) for p in cpu_pids] + [time.process_time()]
+    cpu0, own0 = [_cpu_times(p) for p in cpu_pids], time.process_time()
     waits = await _sample_waits(waits_dsn, seconds) if waits_dsn else await asyncio.sleep(seconds)
-    cpu1 = [_cpu_seconds(p) for p in cpu_pids] + [time.process_time()]
+    cpu1, own1 = [_cpu_times(p) for p in cpu_pids], time.process_time()
     await asyncio.gather(*tasks)
     return {
         "seconds": seconds,
         "flows": flows,
         "lat": lat,
         "errors": errors,
-        "cpu": [b - a for a, b in zip(cpu0, cpu1, strict=True)],  # gateway, postgres, buyers (s)
+        # gateway, postgres, buyers (s)
+        "cpu": [cpu_delta(a, b) for a, b in zip(cpu0, cpu1, strict=True)] + [own1 - own0],
         "waits": waits or {},
     }
 
