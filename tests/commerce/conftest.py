@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from datetime import UTC, datetime
 
@@ -98,6 +99,7 @@ class Platform:
         self.webhook_url: str | None = None
         self.raw_document: dict | None = None
         self.profile_hits = 0
+        self.stream_forever = False  # answer 200 with a body that never ends
 
     async def start(self):
         app = web.Application()
@@ -162,6 +164,14 @@ class Platform:
             self.fail_next -= 1
             return web.Response(status=503)
         self.received.append((dict(request.headers), body))
+        if self.stream_forever:
+            resp = web.StreamResponse(status=200)
+            await resp.prepare(request)
+            with contextlib.suppress(ConnectionError):
+                while True:
+                    await resp.write(b"x" * 65536)
+                    await asyncio.sleep(0.01)
+            return resp
         return web.json_response({"ucp": {"version": "2026-04-08", "status": "success"}})
 
 

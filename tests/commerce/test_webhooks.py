@@ -79,6 +79,18 @@ async def test_delivery_is_signed_retried_with_same_ids(shop, platform, worker_f
     assert h["Webhook-Timestamp"] == str(int(row["created_at"].timestamp()))
 
 
+async def test_a_receiver_streaming_without_end_is_delivered_by_its_status(shop, platform, worker_factory, db_settings):
+    """Regression: the worker read the receiver's whole response body, so one that streamed without
+    end was held until webhook_timeout, its 200 counted as a failure, and the body buffered."""
+    await _order(shop, platform)
+    platform.stream_forever = True
+    w = worker_factory()
+    t0 = asyncio.get_running_loop().time()
+    assert await w.run_once() == 1
+    assert asyncio.get_running_loop().time() - t0 < db_settings.webhook_timeout / 2
+    assert len(platform.received) == 1
+
+
 async def test_crash_between_commit_and_delivery_delivers_once(shop, platform, worker_factory, clock, db_settings):
     await _order(shop, platform)  # committed; no worker ran
     platform.hanging = True

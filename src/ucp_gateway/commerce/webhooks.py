@@ -55,6 +55,8 @@ __all__ = [
 
 log = logging.getLogger("ucp_gateway.commerce.webhooks")
 _log = get_logger("ucp_gateway.commerce.webhooks")
+#: Bytes of a receiver's response body read at most (its status decides; the rest is dropped).
+_RESPONSE_READ = 64 * 1024
 
 
 class WebhookSigner(Protocol):
@@ -279,7 +281,9 @@ class WebhookWorker:
             async with self._session_for_loop().post(
                 target, data=body, headers=headers, timeout=timeout, allow_redirects=False
             ) as resp:
-                await resp.read()
+                # only the status counts: a little of the body is read so the connection may be
+                # reused, never all of it (a receiver could stream without end until the timeout)
+                await resp.content.read(_RESPONSE_READ)
                 return None if 200 <= resp.status < 300 else f"HTTP {resp.status}"
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, BlockedAddress):
