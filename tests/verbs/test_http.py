@@ -120,6 +120,19 @@ async def test_dispatch_statuses(client, database, shop):
     assert off_host.status == 404
 
 
+async def test_dispatch_idempotency_keys_follow_the_one_rule(client, database, shop):
+    """The verb dispatch door checks keys by the rule of the UCP bindings (verbs.store.valid_key)."""
+    h = await token(database, shop, "read_only")
+    body = {"verb": "customer.context", "args": {"customer_id": "cust_1"}}
+    for key in ("k" * 129, "tab\tkey", "line\u2028sep"):
+        r = await client.post("/api/v1/agent/dispatch", json={**body, "idempotency_key": key}, headers=h)
+        err = (await r.json())["error"]
+        assert r.status == 400 and err["reason"] == "invalid_request", key
+        assert "1-128 printable characters" in err["message"], err
+    r = await client.post("/api/v1/agent/dispatch", json={**body, "idempotency_key": "k " * 64}, headers=h)
+    assert r.status == 200 and (await r.json())["ok"]
+
+
 async def test_token_of_other_company_rejected(client, database, shop):
     from ucp_gateway.tenancy import create_company
 

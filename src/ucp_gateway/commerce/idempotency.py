@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 import asyncpg
 
 from ..errors import BadRequest, Conflict, GatewayError, ServiceUnavailable
+from ..verbs.store import KEY_MAX_LENGTH, valid_key
 
 __all__ = [
     "KEY_MAX_LENGTH",
@@ -37,8 +38,6 @@ __all__ = [
 ]
 
 JSON = "application/json"
-#: the longest idempotency key accepted, on every binding (:func:`check_key`)
-KEY_MAX_LENGTH = 128
 
 
 class IdempotencyConflict(Conflict):
@@ -66,9 +65,8 @@ def check_key(key: object, *, name: str, required: bool = False) -> str | None:
     binding passes its ``Idempotency-Key`` header (``name="Idempotency-Key"``), the MCP tools their
     ``meta["idempotency-key"]`` argument, so the same key is accepted or refused on both.
 
-    A key is a string of 1 to :data:`KEY_MAX_LENGTH` characters that are all printable
-    (``str.isprintable``: no control, format or line/paragraph separator characters, no unassigned
-    code points; a space is printable). UCP checkout-rest.md names the ``Idempotency-Key`` header
+    A key passes :func:`ucp_gateway.verbs.store.valid_key` (1 to 128 printable characters), the
+    rule of the verb dispatch door too. UCP checkout-rest.md names the ``Idempotency-Key`` header
     but sets no format; this is the rule the REST binding has always applied (an HTTP field value
     cannot carry most control characters anyway, a JSON string can).
 
@@ -84,7 +82,7 @@ def check_key(key: object, *, name: str, required: bool = False) -> str | None:
         raise BadRequest(f"{name} is required for this operation")
     if key is None:
         return None
-    if not (isinstance(key, str) and 1 <= len(key) <= KEY_MAX_LENGTH and key.isprintable()):
+    if not valid_key(key):
         raise BadRequest(f"{name} must be 1-{KEY_MAX_LENGTH} printable characters")
     return key
 

@@ -24,6 +24,7 @@ from ..jsonbody import db_dumps
 from .audit import append_args
 
 __all__ = [
+    "KEY_MAX_LENGTH",
     "KEY_TAKEN",
     "append_and_finish_key",
     "cap_used",
@@ -35,6 +36,17 @@ __all__ = [
     "reserve_cap",
     "stored_key",
 ]
+
+
+#: The longest idempotency key accepted, on every door (verb dispatch, UCP REST and MCP).
+KEY_MAX_LENGTH = 128
+
+
+def valid_key(key: object) -> bool:
+    """Whether ``key`` is an acceptable idempotency key: a string of 1 to :data:`KEY_MAX_LENGTH`
+    characters, all printable (``str.isprintable``: no control, format or line/paragraph separator
+    characters, no unassigned code points; a space is printable). The one rule of every door."""
+    return isinstance(key, str) and 1 <= len(key) <= KEY_MAX_LENGTH and key.isprintable()
 
 
 async def stored_key(

@@ -32,6 +32,7 @@ from .policy import SURFACES, Principal
 from .providers import build_registry
 from .registry import Registry
 from .schemas import SHAPES
+from .store import KEY_MAX_LENGTH, valid_key
 
 __all__ = ["VERBS", "VerbsRuntime", "request_principal", "setup"]
 
@@ -115,8 +116,8 @@ def _parse(raw: bytes, header_key: str | None) -> Call | str:
     if not isinstance(confirm, bool):
         return "'confirm' must be a boolean"
     key = header_key or body.get("idempotency_key")
-    if key is not None and not (1 <= len(key) <= 128 and key.isprintable()):
-        return "idempotency key must be 1-128 printable characters"
+    if key is not None and not valid_key(key):
+        return f"idempotency key must be 1-{KEY_MAX_LENGTH} printable characters"
     return Call(body["verb"][:200], args, confirm, body.get("typed_phrase"), body.get("nonce"), key)
 
 
