@@ -15,7 +15,7 @@ from ucp_gateway.verbs import audit
 from ucp_gateway.verbs.audit import _parse_at, iso, redact, redaction_free
 from ucp_gateway.verbs.consent import canonical_bytes, canonical_json, clean_args
 from ucp_gateway.verbs.decide import Call, Decision
-from ucp_gateway.verbs.dispatcher import Dispatcher
+from ucp_gateway.verbs.outcome import audit_entry, success_envelope
 from ucp_gateway.verbs.policy import Principal, RiskClass
 
 
@@ -81,8 +81,8 @@ def test_entry_args_from_the_digest_json_equal_the_redacted_args(args):
     call = Call("x.y", args)
     plain = Decision("execute", RiskClass.WRITE_REVERSIBLE, digest="d")
     fast = Decision("execute", RiskClass.WRITE_REVERSIBLE, digest="d", args_json=canonical_bytes(clean_args(args)))
-    want = Dispatcher._entry(None, principal, company, call, None, plain, "allowed", "completed", now)
-    got = Dispatcher._entry(None, principal, company, call, None, fast, "allowed", "completed", now)
+    want = audit_entry(principal, company, call, None, plain, "allowed", "completed", now)
+    got = audit_entry(principal, company, call, None, fast, "allowed", "completed", now)
     assert got == want
     assert want["args"] == canonical_json(redact(args))[:4000]
 
@@ -141,7 +141,7 @@ def test_plain_audit_args_examples():
 
 
 def _success_reference(verb, result, audit_id, key, entry, now):
-    """Dispatcher._success as it was written before (the dict-merge form), validation off."""
+    """outcome.success_envelope as it was written before (the dict-merge form)."""
     env = {"ok": True, "verb": verb.name, "audit_id": audit_id}
     if key is not None:
         receipt = {"status": "completed", "audit_id": audit_id, "idempotency_key": key, "timestamp": iso(now)}
@@ -173,7 +173,7 @@ def test_success_envelope_keeps_its_fields_and_order(shape, key, handle, result)
     verb.shape = shape
     now = datetime(2026, 4, 8, 12, 0, 0, 5, tzinfo=UTC)
     entry = {"rollback_handle": handle}
-    got = Dispatcher._success(None, verb, dict(result), 7, key, entry, now, validate=False)
+    got = success_envelope(verb, dict(result), 7, key, entry, now)
     want = _success_reference(verb, dict(result), 7, key, entry, now)
     assert got == want
     assert list(got) == list(want) and list(got["result"]) == list(want["result"])

@@ -109,7 +109,7 @@ class Decision:
     cap_class: str | None = None
     digest: str = ""
     #: canonical JSON bytes of the cleaned arguments that ``digest`` hashes (an execute only), so
-    #: the audit entry need not write them again (dispatcher._entry)
+    #: the audit entry need not write them again (outcome.audit_entry)
     args_json: bytes | None = field(default=None, repr=False, compare=False)
     #: a ``phrase_mismatch`` denial's nonce (authenticated: its MAC verified), whose wrong phrases
     #: the dispatcher counts (at most :data:`PHRASE_ATTEMPTS` per nonce)

@@ -28,11 +28,11 @@ from ..config import Settings
 from ..db import tenant_tx
 from ..tenancy import Company, get_company
 from . import audit, store
-from .audit import iso, plain_audit_args, redact, safe_name
-from .consent import args_digest, canonical_json, clean_args
+from .consent import clean_args
 from .context import VerbContext
 from .decide import PHRASE_ATTEMPTS, Call, Decision, Inputs, cap_class_for, decide, gates
 from .errors import REASONS, VerbError
+from .outcome import audit_entry, success_envelope
 from .policy import DEFAULT_DAILY_CAPS, Principal, RiskClass
 from .reads import ReadBatcher, ReadJob
 from .registry import Registry, Verb
@@ -50,31 +50,6 @@ _UNSTORABLE = (
     asyncpg.NumericValueOutOfRangeError,
     asyncpg.StringDataRightTruncationError,
 )
-
-
-_CLASS_NAME = {c: c.name for c in RiskClass}  # Enum.name is a descriptor call: once per class
-
-
-def _safe_digest(args: Any) -> str | None:
-    try:
-        return args_digest(args) if isinstance(args, Mapping) else None
-    except (TypeError, ValueError):
-        return None
-
-
-_ID_LAST: tuple[Any, str] = (None, "")
-
-
-def _id_text(company_id: Any) -> str:
-    """``str(company_id)``, remembered for the last id object (one company's dispatches repeat it;
-    identity, and the pair holds the object, so a recycled address cannot match)."""
-    global _ID_LAST
-    last = _ID_LAST
-    if company_id is last[0]:
-        return last[1]
-    text = str(company_id)
-    _ID_LAST = (company_id, text)
-    return text
 
 
 _READ_OR_NONE = (None, RiskClass.READ)
@@ -268,7 +243,7 @@ class Dispatcher:
             ctx = VerbContext(conn, args, principal, company, now, verb, self, defer_last_write=key is not None)
             result = dict(await verb.handler(ctx))
             while True:  # twice when a guarded last write wrote nothing (write_last otherwise=)
-                entry = self._entry(principal, company, call, verb, decision, "allowed", "completed", now)
+                entry = audit_entry(principal, company, call, verb, decision, "allowed", "completed", now)
                 entry["elapsed_us"] = int((time.perf_counter() - t0) * 1e6)
                 entry["entity"] = ctx.entity
                 if key is not None:
@@ -282,10 +257,12 @@ class Dispatcher:
                 if key is None:
                     await ctx.flush_last_write()
                     audit_id, _ = await audit.append(conn, company.id, entry)
-                    return self._success(verb, result, audit_id, key, entry, now)
+                    env = success_envelope(verb, result, audit_id, key, entry, now)
+                    self._check_output(verb, env["result"])
+                    return env
                 # audit row and stored envelope in one last statement: the chain head is locked only
                 # from there to COMMIT (it serialises the company's writes)
-                env = self._success(verb, result, 0, key, entry, now, validate=False)
+                env = success_envelope(verb, result, 0, key, entry, now)
                 # result.audit_id is this row's, except a revert's that names the reverted action
                 patch = verb.shape != "revert" or "audit_id" not in result
                 got = await store.append_and_finish_key(
@@ -359,41 +336,20 @@ class Dispatcher:
             except Exception:  # the runtime's boundary for a handler bug: audit it as failed
                 log.exception("verb %s raised", verb.name)
                 raise VerbError("execution_failed") from None
-            env = self._success(verb, result, 0, None, {}, job.now)
+            env = success_envelope(verb, result, 0, None, {}, job.now)
+            self._check_output(verb, env["result"])
         except VerbError as exc:
             d = Decision("execute", job.decision.risk_class, exc.reason, exc.message, digest=job.decision.digest)
-            entry = self._entry(p, company, job.call, verb, d, "failed", "failed", job.now)
+            entry = audit_entry(p, company, job.call, verb, d, "failed", "failed", job.now)
             entry["elapsed_us"] = int((time.perf_counter() - job.t0) * 1e6)
             out: dict[str, Any] = {"ok": False, "verb": verb.name, "error": exc.error_body()}
             if exc.result is not None:
                 out["result"] = exc.result
             return out, entry
-        entry = self._entry(p, company, job.call, verb, job.decision, "allowed", "completed", job.now)
+        entry = audit_entry(p, company, job.call, verb, job.decision, "allowed", "completed", job.now)
         entry.update(elapsed_us=int((time.perf_counter() - job.t0) * 1e6), entity=ctx.entity)
         env.pop("audit_id", None)
         return env, entry
-
-    def _success(
-        self, verb: Verb, result: dict[str, Any], audit_id: int, key, entry, now, *, validate: bool = True
-    ) -> dict[str, Any]:
-        env: dict[str, Any] = {"ok": True, "verb": verb.name, "audit_id": audit_id}
-        if key is not None:
-            handle = entry.get("rollback_handle")
-            # the receipt's fields first, then the handler's (which win), as {**receipt, **result}
-            receipt = {"status": "completed", "audit_id": audit_id, "idempotency_key": key, "timestamp": iso(now)}
-            if handle:
-                receipt["rollback_handle"] = handle
-            receipt.update(result)
-            result = receipt
-            if verb.shape != "revert":  # a revert's audit_id names the reverted action (revert.json)
-                result["audit_id"] = audit_id
-            env["idempotency_key"] = key
-            if handle:
-                env["rollback_handle"] = handle
-        if validate:
-            self._check_output(verb, result)
-        env["result"] = result
-        return env
 
     def _check_output(self, verb: Verb, result: dict[str, Any]) -> None:
         """Raise VerbError(execution_failed) when output checks are on and ``result`` breaks the shape."""
@@ -403,35 +359,6 @@ class Dispatcher:
             raise VerbError("execution_failed", f"output does not match the {verb.shape} shape")
 
     # ---- exits that execute nothing -------------------------------------------------------------
-    def _entry(self, principal, company, call, verb, decision: Decision, outcome, status, now) -> dict[str, Any]:
-        e: dict[str, Any] = {
-            "v": 1,
-            "company_id": _id_text(company.id),
-            "at": iso(now),
-            "verb": verb.name if verb else safe_name(call.verb),
-            "decision": outcome,
-            "status": status,
-            "principal": {"kind": principal.kind, "subject": principal.subject, "role": principal.role},
-            "transport": principal.transport,
-            "risk_class": _CLASS_NAME[decision.risk_class] if decision.risk_class is not None else None,
-            "args_digest": decision.digest or _safe_digest(call.args),
-        }
-        if decision.reason:
-            e["reason"] = decision.reason
-        if decision.approval:
-            e["approval"] = {k: v for k, v in decision.approval.items() if k != "phrase"} | {"approved_at": iso(now)}
-        args = call.args
-        if (type(args) is dict or isinstance(args, Mapping)) and (verb is None or verb.policy.audit_args):
-            aj = decision.args_json  # canonical JSON of the cleaned args (the digest's input)
-            if aj is not None and type(args) is dict and plain_audit_args(args):
-                e["args"] = aj.decode()[:4000]  # = canonical_json(redact(args)): nothing to clean or redact
-            else:
-                try:
-                    e["args"] = canonical_json(redact(args))[:4000]
-                except (TypeError, ValueError):
-                    e["args"] = None
-        return e
-
     async def _write(self, company: Company, entry: dict[str, Any]) -> int:
         async with tenant_tx(self.pool, company.id) as conn:
             audit_id, _ = await audit.append(conn, company.id, entry)
@@ -439,7 +366,7 @@ class Dispatcher:
 
     async def _refuse(self, principal, company, call, verb, decision: Decision, now) -> dict[str, Any]:
         pending = decision.outcome == "pending"
-        entry = self._entry(
+        entry = audit_entry(
             principal,
             company,
             call,
@@ -483,7 +410,7 @@ class Dispatcher:
         if envelope is None:  # expired between the two reads: treat as unknown rather than re-running
             d = Decision("deny", decision.risk_class, "execution_failed", "retry the call", digest=decision.digest)
             return await self._refuse(principal, company, call, verb, d, now)
-        entry = self._entry(principal, company, call, verb, decision, "replayed", "completed", now)
+        entry = audit_entry(principal, company, call, verb, decision, "replayed", "completed", now)
         entry.update(idempotency_key=call.idempotency_key, replay_of=envelope.get("audit_id"))
         await self._write(company, entry)
         return {**envelope, "replayed": True}
@@ -499,7 +426,7 @@ class Dispatcher:
             digest=decision.digest,
             approval=decision.approval,
         )
-        entry = self._entry(
+        entry = audit_entry(
             principal,
             company,
             call,
@@ -550,7 +477,7 @@ class Dispatcher:
         )
         result = dict(await verb.handler(ctx))
         decision = Decision("execute", cls, digest=digest, approval={"via": parent.verb.name})
-        entry = self._entry(
+        entry = audit_entry(
             parent.principal,
             parent.company,
             Call(name, raw_args),
