@@ -54,6 +54,26 @@ async def test_buyer_without_token_sees_buyer_verbs_and_needs_meta(gateway):
                 assert res.structured_content["error"]["reason"] == "role_denied"
 
 
+async def test_an_unsigned_buyer_calls_verb_tools_as_the_claimed_not_the_verified_profile(gateway):
+    """Regression (review): an unsigned call of a verb tool on /ucp/mcp ran as the buyer principal
+    of the profile it named in meta, the identity of that platform when it signs."""
+    from ucp_gateway.db import tenant_tx
+
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "capability__manifest", "arguments": {"meta": PROFILE}},
+    }
+    status, body, _ = await _post(gateway, call)
+    assert status == 200 and body["result"]["structuredContent"]["ok"] is True, body
+    async with tenant_tx(gateway.pool, gateway.company.id) as conn:
+        entry = await conn.fetchval("SELECT entry FROM verb_audit_log ORDER BY audit_id DESC LIMIT 1")
+    entry = json.loads(entry) if isinstance(entry, str) else entry
+    assert entry["verb"] == "capability.manifest"
+    assert entry["principal"]["subject"] == "unverified:" + PROFILE["ucp-agent"]["profile"]
+
+
 async def _post(gateway, body, headers=None):
     async with aiohttp.ClientSession() as http:
         async with http.post(

@@ -35,6 +35,7 @@ from aiohttp import web
 
 from .. import __version__
 from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
+from ..commerce.context import UNVERIFIED
 from ..errors import BadRequest, GatewayError, NotFound
 from ..httpsig.web import mark_for_signing
 from ..jsonbody import InvalidJson, loads_strict
@@ -190,7 +191,8 @@ class _Handlers:
                     raise _Forbidden('meta["ucp-agent"].profile differs from the signing agent\'s profile')
             return self.principal
         profile = profile_from_meta(arguments, allow_http=self.settings.dev_mode)
-        return Principal("buyer", self.company.id, "buyer", profile, SURFACE)
+        # unsigned: the profile is only claimed, a separate identity (commerce.context.caller_of)
+        return Principal("buyer", self.company.id, "buyer", UNVERIFIED + profile, SURFACE)
 
     async def tools_call(self, req: Request) -> dict[str, Any]:
         params = req.params if isinstance(req.params, Mapping) else None
