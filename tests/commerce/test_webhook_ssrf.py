@@ -169,6 +169,8 @@ async def test_http_target_refused_outside_development(
     await _complete(shop, f"{platform.base}/profile/a.json")
     (row,) = await _outbox(database, company)
     assert row["target_url"] == f"{platform.base}/webhooks"
+    async with tenant_tx(database.pool, company.id) as conn:  # as a signed platform's order
+        await conn.execute("UPDATE webhook_outbox SET caller = $1", f"{platform.base}/profile/a.json")
 
     prod = dev.model_copy(update={"environment": "production"})
     assert await workers(prod).run_once() == 0
@@ -321,3 +323,30 @@ async def test_the_apps_own_worker_refuses_and_delivers(
         assert internal.hits == 0 and platform.received == []
     finally:
         await other.runner.cleanup()
+
+
+async def test_an_unsigned_callers_order_sends_webhooks_only_in_development(
+    aiohttp_client, database, db_settings, company, clock, platform, workers
+):
+    """Regression (security review): an order of an unsigned caller (policy optional/off) sent the
+    signed order event to the profile it only claimed, whose platform never placed it. Outside
+    development such an order sends none (the conformance suite, in development, still gets its)."""
+    from ucp_gateway.commerce.context import webhooks_for
+
+    assert webhooks_for("https://p.example/p.json", False) and webhooks_for("unverified:https://p.example/p.json", True)
+    assert not webhooks_for("unverified:https://p.example/p.json", False)
+
+    dev = db_settings.model_copy(update={"dev_profile_hosts": ["127.0.0.1"]})
+    shop = await _shop(aiohttp_client, database, dev, company, clock)
+    await _complete(shop, f"{platform.base}/profile/a.json")
+    (row,) = await _outbox(database, company)
+    assert row["caller"] == f"unverified:{platform.base}/profile/a.json"
+    prod = dev.model_copy(update={"environment": "production"})
+    assert await workers(prod).run_once() == 0
+    (row,) = await _outbox(database, company)
+    assert row["last_error"] == "target refused: the order's caller is unverified"
+    assert await _queued(database) == 0 and platform.received == []
+
+    await _complete(shop, f"{platform.base}/profile/a.json")  # the same in development: delivered
+    assert await workers(dev).run_once() == 1
+    assert len(platform.received) == 1

@@ -47,6 +47,7 @@ __all__ = [
     "company_of",
     "negotiate",
     "payment_handlers",
+    "webhooks_for",
 ]
 
 CHECKOUT_CAPABILITIES = (
@@ -308,6 +309,13 @@ def caller_profile_url(caller: str) -> str:
     return caller.removeprefix(UNVERIFIED)
 
 
+def webhooks_for(caller: str, dev_mode: bool) -> bool:
+    """Whether the orders of ``caller`` (a :func:`caller_of` identity) send order webhooks: a
+    verified platform's do; an unsigned caller's only in development (the conformance suite), since
+    anyone may claim a profile and its platform would get signed events of orders it never placed."""
+    return dev_mode or not caller.startswith(UNVERIFIED)
+
+
 def _capabilities(names: Sequence[str], negotiated: Mapping[str, Any] | None) -> dict[str, list[dict[str, str]]]:
     if negotiated:
         return {n: list(v) for n, v in negotiated.items()}
@@ -398,5 +406,5 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
         ttl=timedelta(seconds=settings.checkout_ttl),
         max_order_amount=cs.get("buyer_max_order_amount", settings.buyer_max_order_amount),
         pickup_locations=parts.pickup,
-        webhook_url=neg.webhook_url if neg else None,
+        webhook_url=neg.webhook_url if neg and webhooks_for(caller, settings.dev_mode) else None,
     )

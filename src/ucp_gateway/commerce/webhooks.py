@@ -42,7 +42,7 @@ from ..discovery.ssrf import BlockedAddress, HostResolver, RefusedUrl, check_tar
 from ..errors import GatewayError
 from ..logs import get_logger
 from ..tenancy import get_company, public_origin
-from .context import caller_profile_url
+from .context import caller_profile_url, webhooks_for
 
 __all__ = [
     "WEBHOOK_SIGNER",
@@ -189,7 +189,11 @@ class WebhookWorker:
         error: str | None = None
         refused = False
         target = row["target_url"]
-        if not target:
+        if not webhooks_for(row["caller"], self.settings.dev_mode):
+            # an order of an unsigned caller: its claimed platform must not get signed events of
+            # orders it may never have placed (and a row queued before that rule is judged alike)
+            error, refused, target = "target refused: the order's caller is unverified", True, None
+        elif not target:
             try:
                 target = await self.resolve_target(caller_profile_url(row["caller"]))
             except GatewayError as exc:
