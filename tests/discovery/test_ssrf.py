@@ -32,6 +32,12 @@ DEV = frozenset({"127.0.0.1", "localhost"})
         ("https://10.1.2.3/hook", DEV, "special-use"),
         ("https://[::1]/hook", DEV, "special-use"),
         ("https://[::ffff:127.0.0.1]/hook", frozenset(), "special-use"),
+        # regression (review): ::/8 forms that is_global lets through, translatable to internal IPv4
+        ("https://[::127.0.0.1]/hook", frozenset(), "special-use"),  # IPv4-compatible
+        ("https://[::a9fe:a9fe]/hook", frozenset(), "special-use"),
+        ("https://[::ffff:0:7f00:1]/hook", frozenset(), "special-use"),  # SIIT
+        ("https://[64:ff9b:1::a9fe:a9fe]/hook", frozenset(), "special-use"),  # local NAT64 (RFC 8215)
+        ("https://[::8.8.8.8]/hook", frozenset(), "special-use"),  # reserved whatever it embeds
         ("https://[fe80::1%25eth0]/hook", DEV, "special-use"),
         ("https://0177.0.0.1/hook", DEV, "special-use"),  # not canonical: never an address we accept
         # yarl (aiohttp's parser) folds Unicode digits and dots into an IPv4 literal that aiohttp
@@ -52,6 +58,8 @@ def test_refused_targets_say_why_without_the_url(url, dev_hosts, reason):
     [
         ("https://platform.example/hooks?t=1", frozenset()),
         ("https://93.184.216.34/hook", frozenset()),
+        ("https://[64:ff9b::5db8:d822]/hook", frozenset()),  # well-known NAT64 of 93.184.216.34
+        ("https://[2606:2800:220:1:248:1893:25c8:1946]/hook", frozenset()),
         ("http://127.0.0.1:8284/webhooks", DEV),  # the conformance suite's receiver
         ("http://localhost:8284/webhooks", DEV),
         ("https://localhost/hook", frozenset()),  # a name: judged at connect time by GuardedResolver

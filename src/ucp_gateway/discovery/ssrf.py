@@ -79,7 +79,8 @@ def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 def address_allowed(address: str, *, allow_loopback: bool = False) -> bool:
     """True when ``address`` is a globally routable unicast address (Python's ``is_global``, which
     follows the IANA special-purpose registries, RFC 6890), or loopback when ``allow_loopback``.
-    IPv6 forms that embed an IPv4 address (mapped, NAT64, 6to4, Teredo) are judged by that address."""
+    IPv6 forms that embed an IPv4 address (mapped, NAT64, 6to4, Teredo) are judged by that address;
+    other reserved IPv6 addresses are refused."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
@@ -90,7 +91,9 @@ def address_allowed(address: str, *, allow_loopback: bool = False) -> bool:
             ip = v4
     if ip.is_loopback:
         return allow_loopback
-    return ip.is_global and not ip.is_multicast
+    # reserved: the rest of ::/8, which embeds IPv4 in ways a network may translate (IPv4-compatible
+    # ::a.b.c.d, SIIT ::ffff:0:a.b.c.d, local NAT64 64:ff9b:1::/48) and which is_global lets through
+    return ip.is_global and not ip.is_multicast and not ip.is_reserved
 
 
 def ip_literal(host: str) -> bool:
