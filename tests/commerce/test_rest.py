@@ -310,6 +310,23 @@ async def test_a_gzip_body_decoding_past_the_body_limit_is_400(client, database,
         assert await conn.fetchval("SELECT count(*) FROM checkout_sessions") == 0
 
 
+async def test_a_truncated_or_trailing_gzip_body_is_400(client, database, company):
+    """Regression (review): a truncated gzip stream was read as far as it went, and a second gzip
+    member after the first was ignored: part of the signed body went unread."""
+    import gzip
+
+    raw = gzip.compress(json.dumps(payload()).encode())
+    h = {"Content-Encoding": "gzip"}
+    for bad in (raw[:-8], raw + gzip.compress(b'{"x": 1}'), raw + b"junk"):
+        r = await client.post(url("/checkout-sessions"), data=bad, headers={**headers(key=new_key()), **h})
+        assert r.status == 400, await r.text()
+        assert await r.json() == {"code": "invalid_request", "content": "corrupt compressed body"}
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM checkout_sessions") == 0
+    r = await client.post(url("/checkout-sessions"), data=raw, headers={**headers(key=new_key()), **h})
+    assert r.status == 201, await r.text()
+
+
 async def test_per_buyer_agent_limits(aiohttp_client, database, db_settings, company, platform):
     """Rate and order amount are limited per buyer agent, not by company-wide caps."""
     app = make_app(database, db_settings, buyer_rate_limit=3, buyer_max_order_amount=5000)

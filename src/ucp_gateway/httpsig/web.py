@@ -157,7 +157,8 @@ def decoded_body(request: web.Request, *, limit: int = 10 * 1024 * 1024) -> byte
 
     Request decompression is off app-wide so digests cover the bytes as sent (RFC 9530 §2);
     handlers that parse the body call this after verification. Raises BadRequest for an unknown
-    encoding, a corrupt stream, or more than ``limit`` decoded bytes (decompression bombs).
+    encoding, a corrupt or truncated stream or bytes after its end, or more than ``limit`` decoded
+    bytes (decompression bombs).
     """
     raw = request[REQ_RAW_BODY]
     enc = request.headers.get("Content-Encoding", "identity").strip().lower()
@@ -173,6 +174,10 @@ def decoded_body(request: web.Request, *, limit: int = 10 * 1024 * 1024) -> byte
         raise BadRequest("corrupt compressed body") from None
     if len(out) > limit or d.unconsumed_tail:
         raise BadRequest("decompressed body too large")
+    # the whole body is one complete stream: a truncated one, or bytes after its end (a second gzip
+    # member), would leave part of what was signed unread
+    if not d.eof or d.unused_data:
+        raise BadRequest("corrupt compressed body")
     return out
 
 
