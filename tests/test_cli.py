@@ -79,6 +79,14 @@ def test_malformed_database_url():
     assert_one_line_error(run(["companies", "list"], {"DATABASE_URL": "mysql://u@h/db"}), "postgresql://")
 
 
+def test_malformed_app_database_url(db_env):
+    """Regression (newcomer): a UCPGW_APP_DATABASE_URL that is no postgresql:// URI was a 62-line
+    asyncpg traceback."""
+    for bad in ("nope", "http://x/db"):
+        p = run(["companies", "list"], db_env | {"UCPGW_APP_DATABASE_URL": bad})
+        assert_one_line_error(p, "UCPGW_APP_DATABASE_URL must start with postgresql://")
+
+
 def test_unreachable_database_url():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -105,6 +113,15 @@ def test_port_in_use(db_env):
 
 def test_invalid_setting_is_one_line(db_env):
     assert_one_line_error(run(["companies", "list"], db_env | {"UCPGW_LOG_LEVEL": "loud"}), "invalid setting log_level")
+
+
+def test_a_list_setting_that_is_no_json_is_one_line(db_env):
+    """Regression (newcomer): UCPGW_DEV_PROFILE_HOSTS=127.0.0.1 (no JSON list) was a 41-line
+    pydantic-settings traceback on every command."""
+    for name, value in (("UCPGW_DEV_PROFILE_HOSTS", "127.0.0.1"), ("UCPGW_VERBS_DAILY_CAPS", "abc")):
+        p = run(["companies", "list"], db_env | {name: value})
+        assert_one_line_error(p, f'invalid setting: error parsing value for field "{name[6:].lower()}"')
+        assert "JSON" in p.stderr
 
 
 def _free_port() -> int:

@@ -21,6 +21,7 @@ from typing import Any
 
 import asyncpg
 from pydantic import ValidationError
+from pydantic_settings.exceptions import SettingsError
 
 from . import __version__
 from .config import Settings
@@ -203,6 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _settings_error(exc: Exception) -> str:
+    """pydantic-settings' message, which names the field (``error parsing value for field "x" from
+    source "EnvSettingsSource"``), with a hint: complex settings are JSON in the environment."""
+    msg = str(exc).split("\n", 1)[0]
+    return f"{msg} (lists and objects are JSON, e.g. UCPGW_DEV_PROFILE_HOSTS='[\"127.0.0.1\"]')"
+
+
 def _settings_from(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
     fields = ("data_dir", "host", "port", "workers") if args.command == "serve" else ("data_dir",)
@@ -218,6 +226,8 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"])
         raise ConfigError(f"invalid setting {where}: {err['msg']}") from None
+    except SettingsError as exc:  # a list/dict setting whose environment value is no JSON
+        raise ConfigError(f"invalid setting: {_settings_error(exc)}") from None
     if settings.demo:
         # The demo is a development deployment on loopback: plain http origins and dev secrets
         # generated under the data dir, unless the operator chose otherwise explicitly.

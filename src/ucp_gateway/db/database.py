@@ -142,6 +142,8 @@ async def connect_database(settings: Settings, *, migrate: bool = True) -> Datab
     role that could bypass RLS).
     """
     embedded = None
+    if settings.app_database_url:  # before anything starts: a bad one was an asyncpg traceback
+        check_dsn(settings.app_database_url, name="UCPGW_APP_DATABASE_URL")
     if settings.database_url:
         owner_dsn = check_dsn(settings.database_url)
     else:

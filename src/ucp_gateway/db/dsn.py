@@ -9,15 +9,16 @@ from ..errors import ConfigError
 __all__ = ["check_dsn", "with_database", "with_user"]
 
 
-def check_dsn(dsn: str) -> str:
-    """Validate a ``postgresql://`` URI; returns it unchanged. Raises ConfigError (no secrets echoed)."""
+def check_dsn(dsn: str, *, name: str = "DATABASE_URL") -> str:
+    """Validate a ``postgresql://`` URI; returns it unchanged. ``name``: the setting, for the message.
+    Raises ConfigError (no secrets echoed)."""
     try:
         parts = urlsplit(dsn)
         _ = parts.port  # raises ValueError on a malformed port
     except ValueError:
-        raise ConfigError("DATABASE_URL is malformed (expected postgresql://user:pass@host:port/db)") from None
+        raise ConfigError(f"{name} is malformed (expected postgresql://user:pass@host:port/db)") from None
     if parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigError("DATABASE_URL must start with postgresql://")
+        raise ConfigError(f"{name} must start with postgresql://")
     return dsn
 
 
