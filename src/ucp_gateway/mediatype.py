@@ -19,9 +19,18 @@ from aiohttp import web
 from .errors import GatewayError
 from .jsonbody import dumps_compact
 
-__all__ = ["JSON_MEDIA_TYPE", "UnsupportedMediaType", "json_response", "json_type_problem", "require_json_body"]
+__all__ = [
+    "DECODED_CODINGS",
+    "JSON_MEDIA_TYPE",
+    "UnsupportedMediaType",
+    "json_response",
+    "json_type_problem",
+    "require_json_body",
+]
 
 JSON_MEDIA_TYPE = "application/json"
+#: The content codings the UCP REST routes decode (``httpsig.web.decoded_body``), besides ``identity``.
+DECODED_CODINGS = ("gzip", "x-gzip", "deflate")
 
 
 def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -37,14 +46,22 @@ class UnsupportedMediaType(GatewayError):
     http_status = 415
 
 
-def json_type_problem(request: web.BaseRequest) -> str | None:
+def json_type_problem(request: web.BaseRequest, *, codings: tuple[str, ...] = ()) -> str | None:
     """Why the request's ``Content-Type`` does not label UTF-8 JSON, or None when it does.
 
     The type is compared case-insensitively without its parameters, as aiohttp parses it (RFC 9110
     §8.3.1); a missing header counts as ``application/octet-stream``. A ``charset`` parameter, if
-    any, must be ``utf-8`` (any case, quoted or not): RFC 8259 §8.1.
+    any, must be ``utf-8`` (any case, quoted or not): RFC 8259 §8.1. A ``Content-Encoding`` other
+    than ``identity`` must be one of ``codings``, those the route decodes (RFC 9110 §8.4.1: an
+    unsupported coding is a 415; read as is, a compressed body was refused as bad JSON, and a plain
+    one labelled gzip was executed).
     Returns: the message for the caller (safe to show), or None.
     """
+    coding = request.headers.get("Content-Encoding")
+    if coding is not None:
+        coding = coding.strip().lower()
+        if coding not in ("", "identity") and coding not in codings:
+            return f"Content-Encoding {coding[:40]!r} is not supported here: send the body uncompressed"
     if request.content_type != JSON_MEDIA_TYPE:
         return f"Content-Type must be {JSON_MEDIA_TYPE}, not {request.content_type!r}"
     charset = request.charset
@@ -53,15 +70,16 @@ def json_type_problem(request: web.BaseRequest) -> str | None:
     return None
 
 
-def require_json_body(request: web.BaseRequest, body: bytes) -> None:
+def require_json_body(request: web.BaseRequest, body: bytes, *, codings: tuple[str, ...] = ()) -> None:
     """Refuse a non-empty ``body`` whose ``Content-Type`` is not ``application/json`` or names a
-    charset other than UTF-8 (:func:`json_type_problem`; ``; charset=utf-8`` is fine). An empty body
-    passes: there is nothing to interpret.
+    charset other than UTF-8, or is sent in a content coding not among ``codings`` (those the route
+    decodes) (:func:`json_type_problem`; ``; charset=utf-8`` is fine). An empty body passes: there
+    is nothing to interpret.
 
     Raises:
         UnsupportedMediaType: 415, ``unsupported_media_type``.
     """
     if body:
-        problem = json_type_problem(request)
+        problem = json_type_problem(request, codings=codings)
         if problem is not None:
             raise UnsupportedMediaType(problem)

@@ -1,5 +1,7 @@
 """HTTP front door on the real app: manifest caching, dispatch statuses, staff tokens, Idempotency-Key."""
 
+import json
+
 import pytest
 from multidict import CIMultiDict
 
@@ -130,6 +132,25 @@ async def test_dispatch_idempotency_keys_follow_the_one_rule(client, database, s
         assert r.status == 400 and err["reason"] == "invalid_request", key
         assert "1-128 printable characters" in err["message"], err
     r = await client.post("/api/v1/agent/dispatch", json={**body, "idempotency_key": "k " * 64}, headers=h)
+    assert r.status == 200 and (await r.json())["ok"]
+
+
+async def test_dispatch_refuses_a_content_coding_it_does_not_decode(client, database, shop):
+    """Regression (newcomer): the dispatch door ignored Content-Encoding: a gzip body was refused as
+    bad JSON, and a plain body labelled gzip was executed. RFC 9110 §8.4.1: 415."""
+    import gzip
+
+    h = await token(database, shop, "read_only")
+    raw = json.dumps({"verb": "customer.context", "args": {"customer_id": "cust_1"}}).encode()
+    for body, coding in ((gzip.compress(raw), "gzip"), (raw, "gzip"), (raw, "xyz")):
+        r = await client.post(
+            "/api/v1/agent/dispatch", data=body, headers={**h, "Content-Type": JSON, "Content-Encoding": coding}
+        )
+        assert r.status == 415, (coding, await r.text())
+        assert "is not supported here" in (await r.json())["error"]["message"]
+    r = await client.post(
+        "/api/v1/agent/dispatch", data=raw, headers={**h, "Content-Type": JSON, "Content-Encoding": "identity"}
+    )
     assert r.status == 200 and (await r.json())["ok"]
 
 

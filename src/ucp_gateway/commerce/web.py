@@ -29,7 +29,7 @@ from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
 from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
 from ..jsonbody import NOT_UTF8, dumps_compact
-from ..mediatype import require_json_body
+from ..mediatype import DECODED_CODINGS, require_json_body
 from . import service
 from .context import PROFILE_CACHE, RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
 from .idempotency import JSON, Stored, check_key, fingerprint, run_idempotent, serialize
@@ -82,7 +82,8 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
         if raw is None:
             raw = await request.read()
         if request.method in ("POST", "PUT"):
-            require_json_body(request, raw)  # UCP REST bodies are application/json: 415 otherwise
+            # UCP REST bodies are application/json, raw or in a coding decoded here: 415 otherwise
+            require_json_body(request, raw, codings=DECODED_CODINGS)
         # the one key rule of both bindings (the MCP tools check meta["idempotency-key"] with it)
         key = check_key(request.headers.get("Idempotency-Key"), name="Idempotency-Key", required=require_key)
         # a body that is not UTF-8 (RFC 8259 §8.1) is refused here, before the verb runtime (which

@@ -34,7 +34,7 @@ from ..company_settings import boolean, setting
 from ..config import Settings
 from ..db import COMMIT_PROBE, CommitProbe
 from ..errors import BadRequest, GatewayError
-from ..mediatype import json_response
+from ..mediatype import DECODED_CODINGS, json_response
 from ..tenancy import resolve_host
 from .fused import verify_fused
 from .policy import SignaturePolicy
@@ -164,7 +164,7 @@ def decoded_body(request: web.Request, *, limit: int = 10 * 1024 * 1024) -> byte
     enc = request.headers.get("Content-Encoding", "identity").strip().lower()
     if enc in ("", "identity"):
         return raw
-    if enc not in ("gzip", "x-gzip", "deflate"):
+    if enc not in DECODED_CODINGS:
         raise BadRequest(f"unsupported Content-Encoding {enc!r}")
     wbits = 16 + zlib.MAX_WBITS if enc != "deflate" else zlib.MAX_WBITS
     d = zlib.decompressobj(wbits)
