@@ -362,7 +362,7 @@ _num_values = st.recursive(
 @given(_num_values, _WS, st.booleans(), st.booleans())
 def test_orjson_fast_path_reads_as_the_json_module(value, ws, as_bytes, dup):
     text = json.dumps(value, ensure_ascii=False)
-    if dup and isinstance(value, dict) and value:  # a repeated key: the last one wins in both
+    if dup and isinstance(value, dict) and value:  # a repeated key: refused by both
         k = next(iter(value))
         text = "{" + json.dumps(k) + ":0," + text[1:]
     text = ws + text.replace(",", "," + ws).replace(":", ws + ":") + ws
@@ -378,6 +378,41 @@ _JUNK = '{}[],:"\\ 0123456789.eE+-truefalsnNIinfyx\t\x0c\x1f\u00e9\ufeff'
 def test_orjson_fast_path_refuses_as_the_json_module(text):
     for raw in (text, text.encode("utf-8", "surrogatepass"), b"\xef\xbb\xbf" + text.encode()):
         assert _strict_outcome(raw) == _stdlib_outcome(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"verb":"capability.manifest","verb":"payments.refund"}',
+        '{"a":{"x":1,"x":2}}',
+        b'{"u":"https://a.example:8443/p","a":1,"a":2}',  # colons in a string: the exact check decides
+        b'{"a":1,"\\u0061":2}',  # the same name, escaped
+        b'[{"k":[{"z":1,"z":1}]}]',
+    ],
+)
+def test_a_repeated_member_name_is_refused(raw):
+    """Regression (newcomer): a repeated name was read last-one-wins, so a dispatch body naming
+    ``verb`` twice ran the second; parsers differ on which wins (RFC 7493 §2.3)."""
+    with pytest.raises(InvalidJson, match="names a member twice"):
+        loads_strict(raw)
+    with pytest.raises(InvalidJson, match="names a member twice"):
+        _stdlib_loads(raw)
+
+
+@pytest.mark.parametrize(
+    "raw", [b'[{"a":1},{"a":1}]', b'{"u":"a:b:c","v":{"w":"x:y"}}', '{"a":{"a":{"a":1}}}', b"{}", b'"a:b"']
+)
+def test_equal_names_in_different_objects_and_colons_in_strings_are_fine(raw):
+    assert loads_strict(raw) == json.loads(raw) == _stdlib_loads(raw)
+
+
+def _stdlib_loads(raw):
+    from unittest import mock
+
+    from ucp_gateway import jsonbody
+
+    with mock.patch.object(jsonbody, "orjson", None):
+        return loads_strict(raw)
 
 
 @pytest.mark.parametrize(

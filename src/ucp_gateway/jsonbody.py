@@ -19,6 +19,7 @@ except ImportError:  # pragma: no cover - a dependency; the json module stays th
     orjson = None
 
 __all__ = [
+    "DUPLICATE_NAME",
     "MAX_DEPTH",
     "NOT_UTF8",
     "TOO_DEEP",
@@ -89,6 +90,44 @@ def _plain(raw: bytes | str, max_depth: int) -> bool:
 # one decoder for every body: json.loads(raw, parse_constant=...) builds a decoder per call
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
+#: The message of an object that names one member twice.
+DUPLICATE_NAME = "body is not valid JSON: an object names a member twice (RFC 8259 §4; I-JSON, RFC 7493 §2.3)"
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise InvalidJson(DUPLICATE_NAME)
+    return out
+
+
+# the exact check, for a text whose count of ":" cannot rule duplicates out (see _no_duplicates)
+_DECODER_UNIQUE = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_unique_pairs
+)
+
+
+def _members(value: Any) -> int:
+    """The number of object members in ``value`` (every nesting level)."""
+    n, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            n += len(node)
+            stack.extend(v for v in node.values() if type(v) is dict or type(v) is list)
+        elif type(node) is list:
+            stack.extend(v for v in node if type(v) is dict or type(v) is list)
+    return n
+
+
+def _no_duplicates(raw: bytes | str, value: Any) -> bool:
+    """True when the text ``raw`` of ``value`` provably names no member twice: each member of the
+    text has one ``:`` after its name, and a repeated name leaves one member fewer in the decoded
+    value, so when the text holds no more ``:`` than the value has members, none was repeated.
+    False means "check exactly" (a ``:`` inside a string, such as a URL, or a repeated name)."""
+    colons = raw.count(b":") if type(raw) is bytes else raw.count(":")  # type: ignore[arg-type]
+    return colons <= _members(value)
+
 
 _BOM_UTF8 = b"\xef\xbb\xbf"
 #: The message of a body that is not UTF-8 or holds a NUL byte (RFC 8259 §8.1).
@@ -125,8 +164,10 @@ def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     Returns: the decoded value (dict, list, str, int, float, bool or None).
     Raises: InvalidJson (a ValueError) for malformed JSON, bytes that are not UTF-8 (UTF-16 and
         UTF-32 included, with or without a BOM: RFC 8259 §8.1) or hold a NUL byte, NaN/Infinity, a
-        number out of the double range (1e400), nesting deeper than ``max_depth``, or a string
-        containing U+0000 or an unpaired surrogate.
+        number out of the double range (1e400), nesting deeper than ``max_depth``, a string
+        containing U+0000 or an unpaired surrogate, or an object naming a member twice (RFC 7493
+        §2.3: parsers differ on which one wins, so a body could mean one thing to a proxy or a
+        signer's tooling and another here).
 
     The json module is the reference; a plain text (:func:`_plain`, no 19-digit run) is read by
     orjson, which gives the same value for every such text it accepts (tests/test_jsonbody.py).
@@ -137,11 +178,17 @@ def loads_strict(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         # does (same values; no BOM, big ints or bad UTF-8 reach it) and refuses some valid texts
         # (1e400, a UTF-8 BOM): those and every error go the reference way below
         try:
-            return orjson.loads(raw)
+            value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
+        else:
+            if _no_duplicates(raw, value):
+                return value
     try:
-        value = _DECODER.decode(_text(raw))
+        text = _text(raw)
+        value = _DECODER.decode(text)
+        if not _no_duplicates(text, value):
+            _DECODER_UNIQUE.decode(text)  # raises InvalidJson on a repeated name
     except InvalidJson:
         raise
     except RecursionError:
