@@ -43,6 +43,7 @@ from ucp_gateway.verbs import Dispatcher, Principal, build_registry
 from ucp_gateway.verbs.audit import append_args
 from ucp_gateway.verbs.context import VerbContext
 from ucp_gateway.verbs.decide import Call, decide
+from ucp_gateway.verbs.outcome import audit_entry, success_envelope
 from ucp_gateway.verbs.policy import BUYER_ROLE
 
 UPDATE = cf.update_body("pot_ceramic")
@@ -135,7 +136,7 @@ def _steps():
     key = call.idempotency_key
 
     def entry_of():
-        e = d._entry(principal, company, call, verb, decision, "allowed", "completed", now)
+        e = audit_entry(principal, company, call, verb, decision, "allowed", "completed", now)
         e.update(elapsed_us=1234, entity={"type": "checkout_session", "id": "chk"})
         e.update(
             idempotency_key=key,
@@ -148,7 +149,7 @@ def _steps():
         return e
 
     entry = entry_of()
-    env = d._success(verb, dict(result), 0, key, entry, now, validate=False)
+    env = success_envelope(verb, dict(result), 0, key, entry, now)
 
     def all_steps():
         p = Principal("buyer", cid, BUYER_ROLE, subject, "ucp")
@@ -157,11 +158,11 @@ def _steps():
         dec = decide(verb, p, c, i, registry)
         VerbContext(None, dict(args), p, company, now, verb, d, defer_last_write=True)
         r = result_of(out, read=False, entity="chk")
-        e = d._entry(p, company, c, verb, dec, "allowed", "completed", now)
+        e = audit_entry(p, company, c, verb, dec, "allowed", "completed", now)
         e.update(elapsed_us=1234, entity={"type": "checkout_session", "id": "chk"})
         e.update(idempotency_key=key, reversible=False, rollback_handle=None, revert_data=None, children=None)
         e.update(transaction_id=None)
-        v = d._success(verb, r, 0, key, e, now, validate=False)
+        v = success_envelope(verb, r, 0, key, e, now)
         append_args(cid, e)
         db_dumps(v)
         envelope_body(v)
@@ -173,7 +174,7 @@ def _steps():
         ("context", lambda: VerbContext(None, dict(args), principal, company, now, verb, d, defer_last_write=True)),
         ("result_of", lambda: result_of(out, read=False, entity="chk")),
         ("entry", entry_of),
-        ("success", lambda: d._success(verb, dict(result), 0, key, entry, now, validate=False)),
+        ("success", lambda: success_envelope(verb, dict(result), 0, key, entry, now)),
         ("append_args", lambda: append_args(cid, entry)),
         ("envelope_jsonb", lambda: db_dumps(env)),
         ("envelope_body", lambda: envelope_body(env)),
