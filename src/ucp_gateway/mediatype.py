@@ -57,9 +57,11 @@ def json_type_problem(request: web.BaseRequest, *, codings: tuple[str, ...] = ()
     one labelled gzip was executed).
     Returns: the message for the caller (safe to show), or None.
     """
-    coding = request.headers.get("Content-Encoding")
-    if coding is not None:
-        coding = coding.strip().lower()
+    lines = request.headers.getall("Content-Encoding", ())
+    if len(lines) > 1:  # one reading for every layer: each reads the first line only
+        return "send one Content-Encoding line"
+    if lines:
+        coding = lines[0].strip().lower()
         if coding not in ("", "identity") and coding not in codings:
             return f"Content-Encoding {coding[:40]!r} is not supported here: send the body uncompressed"
     if request.content_type != JSON_MEDIA_TYPE:

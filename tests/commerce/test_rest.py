@@ -327,6 +327,22 @@ async def test_a_truncated_or_trailing_gzip_body_is_400(client, database, compan
     assert r.status == 201, await r.text()
 
 
+async def test_two_content_encoding_lines_are_415(client, database, company):
+    """Review: with ``identity`` then ``gzip`` on two lines the gateway read the first only, a proxy
+    merging them would read ``identity, gzip``: one body, two readings. Refused."""
+    from multidict import CIMultiDict
+
+    raw = json.dumps(payload()).encode()
+    h = CIMultiDict(headers(key=new_key()))
+    h.add("Content-Encoding", "identity")
+    h.add("Content-Encoding", "gzip")
+    r = await client.post(url("/checkout-sessions"), data=raw, headers=h)
+    assert r.status == 415, await r.text()
+    assert (await r.json())["content"] == "send one Content-Encoding line"
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM checkout_sessions") == 0
+
+
 async def test_per_buyer_agent_limits(aiohttp_client, database, db_settings, company, platform):
     """Rate and order amount are limited per buyer agent, not by company-wide caps."""
     app = make_app(database, db_settings, buyer_rate_limit=3, buyer_max_order_amount=5000)
