@@ -139,6 +139,12 @@ async def _serve(state: PlatformServer) -> web.AppRunner:
         await count(request)
         return web.Response(text="<html>not json</html>", content_type="text/html")
 
+    async def repeated(request: web.Request) -> web.Response:
+        await count(request)
+        return web.Response(
+            body=b'{"ucp": {"version": "a", "version": "b"}, "n": NaN}', content_type="application/json"
+        )
+
     async def invalid(request: web.Request) -> web.Response:
         await count(request)
         return web.json_response({"ucp": {"version": "draft", "capabilities": {}}})
@@ -158,6 +164,7 @@ async def _serve(state: PlatformServer) -> web.AppRunner:
         ("/big", big),
         ("/big-declared", big_declared),
         ("/text", text),
+        ("/repeated", repeated),
         ("/invalid", invalid),
         ("/private", private),
     ]:

@@ -109,6 +109,8 @@ async def test_fetch_document_reads_json_the_schema_refuses_under_the_same_rules
             await f.fetch_document(platform_server.url("/big-declared"))
         with pytest.raises(ProfileMalformed, match="not JSON"):
             await f.fetch_document(platform_server.url("/text"))
+        with pytest.raises(ProfileMalformed, match="not JSON"):  # read as every inbound body (loads_strict)
+            await f.fetch_document(platform_server.url("/repeated"))
         platform_server.fail = True
         with pytest.raises(ProfileUnreachable, match="HTTP 503"):
             await f.fetch_document(platform_server.url())

@@ -22,7 +22,6 @@ schema, the cache or the backoff (the order-webhook worker reads profiles the uc
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ import aiohttp
 from ..clock import Clock, SystemClock
 from ..config import Settings
 from ..errors import GatewayError
+from ..jsonbody import InvalidJson, loads_strict
 from .agent_header import validate_profile_url
 from .caching import cache_ttl
 from .errors import InvalidProfileUrl, ProfileMalformed, ProfileUnreachable
@@ -144,8 +144,8 @@ class ProfileFetcher:
         if status != 200 or body is None:
             raise ProfileUnreachable(f"profile fetch answered HTTP {status}")
         try:
-            return json.loads(body)
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            return loads_strict(body)  # the gateway's one reading of untrusted JSON (depth, NaN, repeats)
+        except InvalidJson:
             raise ProfileMalformed("profile is not JSON") from None
 
     def cached(self, url: str) -> PlatformProfile | None:
