@@ -51,10 +51,19 @@ printed per round, so its spread is visible.
 Printed per configuration and load: flows/s, per-request p50/p99 (ms), CPU ms per flow of the
 gateway process, PostgreSQL (postmaster and backends) and the load generator (this process), and
 with ``--waits`` the mean number of gateway backends per wait event (row locks name the waiting
-statement). On a shared machine prefer the CPU figures; repeat wall-clock figures.
+statement). On a shared machine prefer the CPU figures; repeat wall-clock figures. With three rounds
+or more, the cost is also given as the mean of the rounds with its 95 % confidence interval.
+
+The disk: every COMMIT waits for PostgreSQL's fdatasync of its WAL, and this VM's disk stalls a
+sync for 0.1-1.6 s now and then, idle or not (measured with nothing else running). All commits in
+flight wait it out, in every configuration alike: such a stall in a 5 s window decides that run's
+p99. So each measured window also times an 8 KiB write + fdatasync every 20 ms in the cluster's
+directory and prints the disk's p99 and worst sync next to the run. ``--data-dir /dev/shm`` puts
+the cluster on tmpfs: the same code and the same commits, without the disk (what the software costs).
 
 Usage: python bench/checkout_flow.py [--buyers 32] [--items 1] [--seconds 10] [--warmup 3] [--rate 100]
        [--rounds 2] [--workers 1] [--waits] [--profile DIR] [--log-sql FILE] [--modes signed,plain] [--cold-wal]
+       [--data-dir DIR]
        (--workers N: N gateway processes on the port, bound with SO_REUSEPORT so that each is this
        script's own child; ``serve --workers N`` shares one socket instead; BENCH_POOL_MAX sets each
        one's pool size instead of the default)
@@ -76,6 +85,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -354,6 +364,88 @@ async def _sample_waits(dsn: str, seconds: float) -> dict[str, float]:
     return {k: v / max(n, 1) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}
 
 
+class DiskProbe:
+    """What the disk does to commits while a run is measured: a thread writes 8 KiB to a file in the
+    embedded cluster's directory and ``fdatasync``s it every ``interval`` seconds (as PostgreSQL does
+    its WAL at each COMMIT), timing each sync. On this VM an idle disk stalls a sync for up to
+    1-2 s now and then; every commit waits that long, in every configuration alike, and no code
+    of the gateway can hide it. ``--data-dir /dev/shm`` takes the disk out (tmpfs syncs are no-ops).
+    The thread sleeps in the syscalls (the GIL is released), so it costs the load generator nothing
+    measurable."""
+
+    def __init__(self, directory: Path, interval: float = 0.02):
+        self.path, self.interval = directory / "bench-disk-probe", interval
+        self.latencies: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> DiskProbe:
+        self._thread = threading.Thread(target=self._run, name="disk-probe", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join()
+
+    def _run(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            block = os.urandom(8192)
+            while not self._stop.wait(self.interval):
+                t0 = time.perf_counter()
+                os.pwrite(fd, block, 0)
+                os.fdatasync(fd)
+                self.latencies.append(time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+            self.path.unlink(missing_ok=True)
+
+
+def disk_summary(latencies: list[float]) -> str:
+    """``latencies`` (seconds) of the probe's syncs as "fdatasync p99 X ms, max Y ms, N over 50 ms"."""
+    if not latencies:
+        return "fdatasync: no sample"
+    lat = sorted(latencies)
+    slow = sum(x > 0.05 for x in lat)
+    return (
+        f"fdatasync p99 {1000 * lat[int(0.99 * (len(lat) - 1))]:.1f} ms, max {1000 * lat[-1]:.1f} ms,"
+        f" {slow} of {len(lat)} over 50 ms"
+    )
+
+
+# two-sided 95 % Student t quantiles by degrees of freedom (scipy is no dependency of the bench)
+_T95 = {
+    1: 12.71,
+    2: 4.30,
+    3: 3.18,
+    4: 2.78,
+    5: 2.57,
+    6: 2.45,
+    7: 2.36,
+    8: 2.31,
+    9: 2.26,
+    10: 2.23,
+    12: 2.18,
+    15: 2.13,
+    20: 2.09,
+    25: 2.06,
+    30: 2.04,
+    40: 2.02,
+    60: 2.00,
+}
+
+
+def mean_ci95(values: list[float]) -> tuple[float, float]:
+    """Mean of ``values`` and the half-width of its 95 % confidence interval (Student t; the rounds
+    are independent samples of the same cost). Needs at least two values."""
+    n = len(values)
+    df = n - 1
+    t = _T95[max(k for k in _T95 if k <= df)] if df < 60 else 1.96
+    return statistics.fmean(values), t * statistics.stdev(values) / n**0.5
+
+
 async def _load(
     port: int,
     buyers: list[Buyer],
@@ -364,6 +456,7 @@ async def _load(
     rate: float | None = None,
     cpu_pids: tuple[list[int], list[int]] = ([], []),
     waits_dsn: str | None = None,
+    probe_dir: Path | None = None,
 ) -> dict:
     """Run the buyers for ``warmup + seconds``; measure the last ``seconds``.
 
@@ -409,8 +502,15 @@ async def _load(
     tasks = [asyncio.create_task(worker(i, b)) for i, b in enumerate(buyers)]
     await asyncio.sleep(warmup)
     measuring = True
+    probe = DiskProbe(probe_dir) if probe_dir is not None else None
     cpu0, own0 = [_cpu_times(p) for p in cpu_pids], time.process_time()
-    waits = await _sample_waits(waits_dsn, seconds) if waits_dsn else await asyncio.sleep(seconds)
+    if probe is not None:
+        probe.__enter__()
+    try:
+        waits = await _sample_waits(waits_dsn, seconds) if waits_dsn else await asyncio.sleep(seconds)
+    finally:
+        if probe is not None:
+            probe.__exit__(None, None, None)
     cpu1, own1 = [_cpu_times(p) for p in cpu_pids], time.process_time()
     await asyncio.gather(*tasks)
     return {
@@ -421,6 +521,7 @@ async def _load(
         # gateway, postgres, buyers (s)
         "cpu": [cpu_delta(a, b) for a, b in zip(cpu0, cpu1, strict=True)] + [own1 - own0],
         "waits": waits or {},
+        "disk": probe.latencies if probe is not None else [],
     }
 
 
@@ -445,6 +546,7 @@ def _summary(runs: list[dict]) -> dict:
         "cpu_pg_ms": 1000 * cpu[1] / done,
         "cpu_client_ms": 1000 * cpu[2] / done,
         "waits": dict(sorted(waits.items(), key=lambda kv: -kv[1])),
+        "disk": [x for r in runs for x in r.get("disk", [])],
     }
 
 
@@ -576,6 +678,12 @@ async def main() -> None:
         help="do not warm PostgreSQL's WAL first: every new 16 MB segment stalls the commits (a fresh cluster)",
     )
     ap.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="where the embedded cluster lives (default: the temp directory); /dev/shm (tmpfs) takes the"
+        " disk's fsync stalls out of the figures",
+    )
+    ap.add_argument(
         "--modes",
         default="signed,plain",
         help="configurations to run, comma-separated: signed, plain, and verbs (unsigned requests, but every"
@@ -587,7 +695,7 @@ async def main() -> None:
         ap.error("--modes takes signed, plain and/or verbs")
     from ucp_gateway.db.embedded import start_embedded, stop_embedded
 
-    tmp = Path(tempfile.mkdtemp(prefix="ucpgw-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix="ucpgw-bench-", dir=args.data_dir))
     server, dsn = await start_embedded(tmp / "pg")
     ring = "k1:" + base64.b64encode(os.urandom(32)).decode()
     env = {k: v for k, v in os.environ.items() if not k.startswith("UCPGW_") and k != "DATABASE_URL"}
@@ -624,6 +732,7 @@ async def main() -> None:
                                 rate=rate,
                                 cpu_pids=([p.pid for p in gateways[mode]], [pg_pid]),
                                 waits_dsn=dsn if args.waits else None,
+                                probe_dir=tmp,
                             )
                         )
         finally:
@@ -659,6 +768,7 @@ async def main() -> None:
                 f" buyers {r['cpu_client_ms']:4.1f}"
                 f"   ({r['requests']} requests, {r['errors']} errors)"
             )
+            print(f"      disk under the cluster: {disk_summary(r['disk'])}")
             if r["waits"]:
                 print("      backends waiting:", ", ".join(f"{k} {v:.1f}" for k, v in list(r["waits"].items())[:6]))
     if "signed" in modes and "plain" in modes:
@@ -670,6 +780,12 @@ async def main() -> None:
         ]
         rounds = f" (by round: {', '.join(f'{100 * c:.1f}' for c in per_round)} %)" if len(per_round) > 1 else ""
         print(f"cost of signatures + audit (saturation): {100 * cost:.1f} % of throughput{rounds}")
+        if len(per_round) > 2:
+            mean, half = mean_ci95(per_round)
+            print(
+                f"  mean of the rounds {100 * mean:.1f} %, 95 % confidence interval {100 * (mean - half):.1f}"
+                f" to {100 * (mean + half):.1f} %"
+            )
 
 
 if __name__ == "__main__":

@@ -31,3 +31,30 @@ def test_cpu_times_reads_this_process_and_its_children():
     bench = _bench()
     times = bench._cpu_times([os.getpid(), 2**22 + 7])  # the second pid is no process: skipped
     assert set(times) >= {os.getpid()} and times[os.getpid()] > 0
+
+
+def test_mean_ci95_is_the_student_t_interval():
+    bench = _bench()
+    mean, half = bench.mean_ci95([0.20, 0.30, 0.25])
+    # stdev 0.05, n 3, t(2) = 4.30: 4.30 * 0.05 / sqrt(3)
+    assert abs(mean - 0.25) < 1e-12 and abs(half - 4.30 * 0.05 / 3**0.5) < 1e-12
+    mean, half = bench.mean_ci95([0.1] * 11 + [0.4])  # df 11: the t of df 10 (the next lower entry)
+    assert abs(half - 2.23 * __import__("statistics").stdev([0.1] * 11 + [0.4]) / 12**0.5) < 1e-12
+    assert bench.mean_ci95([0.3, 0.3]) == (0.3, 0.0)
+
+
+def test_disk_summary_counts_stalls():
+    bench = _bench()
+    lat = [0.001] * 97 + [0.06, 0.2, 1.5]
+    assert bench.disk_summary(lat) == "fdatasync p99 200.0 ms, max 1500.0 ms, 3 of 100 over 50 ms"
+    assert bench.disk_summary([]) == "fdatasync: no sample"
+
+
+def test_disk_probe_times_syncs_and_removes_its_file(tmp_path):
+    import time
+
+    bench = _bench()
+    with bench.DiskProbe(tmp_path, interval=0.005) as probe:
+        time.sleep(0.2)
+    assert len(probe.latencies) >= 3 and all(0 < x < 5 for x in probe.latencies)
+    assert list(tmp_path.iterdir()) == []
