@@ -147,7 +147,10 @@ class Settings(BaseSettings):
     checkout_ttl: int = Field(default=6 * 3600, ge=60, description="Seconds a checkout lives (UCP: 6 h).")
     commerce_idempotency_ttl: int = Field(default=86400, ge=86400, description="Seconds a key is kept.")
     buyer_rate_limit: int = Field(
-        default=1200, ge=1, description="Requests/minute per buyer agent and company, across all workers of `serve`."
+        default=1200,
+        ge=1,
+        description="Requests/minute per verified buyer agent and company, across all workers of `serve`;"
+        " unsigned callers (signature policy optional/off) share one such budget per company.",
     )
     buyer_max_order_amount: int | None = Field(
         default=None,

@@ -26,7 +26,8 @@ from ucp_gateway.errors import ConfigError
 
 from ..test_cli import CLI, _free_port
 from ..test_workers import _events, _wait_for
-from .conftest import agent, url
+from .conftest import Platform, agent, headers, make_app, started, url
+from .sigutil import BuyerKey
 
 KEY = (uuid.UUID(int=1), "https://platform.example/profile.json")
 T0 = 600 * WINDOW  # the start of a window (window number 600)
@@ -235,3 +236,35 @@ async def test_serve_workers_share_one_budget(tmp_path, db_settings, database, c
     assert proc.returncode == 0, log.read_text()[-2000:]
     assert len(blocks) == 1, blocks
     assert glob.glob(f"/dev/shm/ucpgw_rl_{proc.pid}_*") == [], "the supervisor left its shared memory block"
+
+
+async def test_verified_agents_have_their_own_budgets_unsigned_callers_share_one(
+    aiohttp_client, database, db_settings, company, platform
+):
+    """Under signature policy ``optional``: each verified buyer agent (its profile URL, proven by
+    its signature) has ``buyer_rate_limit`` of its own; every unsigned caller, whatever profile it
+    names, counts against one shared budget, which never touches a verified agent's."""
+    from ucp_gateway.db import tenant_tx
+
+    async with tenant_tx(database.pool, company.id) as conn:
+        await conn.execute("UPDATE companies SET signature_policy = 'optional' WHERE id = $1", company.id)
+    key = BuyerKey()
+    signer = await Platform(signing_keys=[dict(key.jwk)]).start()
+    try:
+        app = make_app(database, db_settings, buyer_rate_limit=2, public_scheme="http")
+        c = await started(aiohttp_client, app, database, company)
+        path = url("/checkout-sessions/co_missing")
+
+        async def signed(profile: str) -> int:
+            h = key.sign("GET", str(c.make_url(path)), {"UCP-Agent": f'profile="{signer.base}/profile/{profile}.json"'})
+            return (await c.get(path, headers=h)).status
+
+        async def unsigned(profile: str) -> int:
+            return (await c.get(path, headers=headers(agent(profile)))).status
+
+        assert [await signed("a") for _ in range(3)] == [200, 200, 429]
+        assert [await signed("b") for _ in range(3)] == [200, 200, 429]  # another verified agent
+        # unsigned callers: one budget between them, untouched by the verified agents' use
+        assert [await unsigned("x"), await unsigned("y"), await unsigned("z")] == [200, 200, 429]
+    finally:
+        await signer.runner.cleanup()

@@ -45,6 +45,7 @@ __all__ = [
     "caller_of",
     "caller_profile_url",
     "company_of",
+    "limit_key",
     "negotiate",
     "payment_handlers",
     "webhooks_for",
@@ -307,6 +308,13 @@ def caller_of(request: web.Request, neg: Negotiation | None = None) -> str:
 def caller_profile_url(caller: str) -> str:
     """The profile URL of a caller identity from :func:`caller_of` (verified or claimed)."""
     return caller.removeprefix(UNVERIFIED)
+
+
+def limit_key(company_id: Any, caller: str) -> tuple[Any, str]:
+    """The rate-limit bucket of a :func:`caller_of` identity at one company: its own for a verified
+    buyer agent; ONE shared by every unsigned caller (a claimed profile URL costs nothing to mint,
+    so a bucket each would let one client multiply its budget by naming new profiles)."""
+    return (company_id, UNVERIFIED if caller.startswith(UNVERIFIED) else caller)
 
 
 def webhooks_for(caller: str, dev_mode: bool) -> bool:

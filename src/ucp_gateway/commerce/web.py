@@ -31,7 +31,16 @@ from ..errors import BadRequest, Forbidden, GatewayError
 from ..jsonbody import NOT_UTF8, dumps_compact
 from ..mediatype import DECODED_CODINGS, require_json_body
 from . import service
-from .context import PROFILE_CACHE, RateLimited, RateLimiter, build_context, caller_of, company_of, negotiate
+from .context import (
+    PROFILE_CACHE,
+    RateLimited,
+    RateLimiter,
+    build_context,
+    caller_of,
+    company_of,
+    limit_key,
+    negotiate,
+)
 from .idempotency import JSON, Stored, check_key, fingerprint, run_idempotent, serialize
 from .service import CommerceContext
 from .verbs import CURRENT, VERB_OPS, envelope_body, envelope_error
@@ -74,7 +83,7 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
         company = await company_of(request)
         neg = await negotiate(request, company, operation)
         caller = caller_of(request, neg)
-        wait = app[COMMERCE_LIMITER].take((company.id, caller))
+        wait = app[COMMERCE_LIMITER].take(limit_key(company.id, caller))
         if wait:
             raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
         ctx = build_context(request, company, caller, neg)
