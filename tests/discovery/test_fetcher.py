@@ -194,6 +194,31 @@ async def test_backoff_after_failures(fetcher, platform_server, clock) -> None:
     assert (await fetcher.get_profile(url)).version == "2026-04-08"
 
 
+async def test_failures_are_remembered_in_bounded_memory(platform_server, clock) -> None:
+    """Regression (security review): every failed URL was kept for ever, with its exception and
+    traceback (about 5.7 kB each), so a caller naming new profile URLs grew the gateway's memory
+    without bound. Failures are now an LRU as large as the cache, holding class and message only."""
+    f = ProfileFetcher(fetch_settings(profile_cache_size=4), clock=clock)
+    try:
+        platform_server.fail = True
+        for i in range(10):
+            with pytest.raises(ProfileUnreachable):
+                await f.get_profile(platform_server.url(f"/p{i}"))
+        assert list(f._failures) == [platform_server.url(f"/p{i}") for i in range(6, 10)]  # the newest four
+        assert not any(isinstance(getattr(x, n), BaseException) for x in f._failures.values() for n in x.__slots__)
+        # a remembered failure still backs off, with the same error class and message
+        fetches = f.fetch_count
+        with pytest.raises(ProfileUnreachable, match="retrying later"):
+            await f.get_profile(platform_server.url("/p9"))
+        assert f.fetch_count == fetches
+        fetches = f.fetch_count
+        with pytest.raises(ProfileUnreachable):  # forgotten: fetched again (its backoff restarts)
+            await f.get_profile(platform_server.url("/p0"))
+        assert f.fetch_count == fetches + 1
+    finally:
+        await f.close()
+
+
 async def test_ttl_floor_and_longer_cache_control(fetcher, platform_server, clock) -> None:
     platform_server.cache_control = "no-store"
     url = platform_server.url()

@@ -55,7 +55,8 @@ class _Entry:
 class _Failure:
     count: int
     retry_at: float
-    error: GatewayError
+    error_type: type[GatewayError]  # the class and message only: an exception would keep its traceback
+    message: str
 
 
 def _origin(url: str) -> str:
@@ -80,7 +81,8 @@ class ProfileFetcher:
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
-        self._failures: dict[str, _Failure] = {}
+        # bounded like the cache: every URL a caller names can fail once (forgetting one only shortens its backoff)
+        self._failures: OrderedDict[str, _Failure] = OrderedDict()
         self._forced: OrderedDict[str, float] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[PlatformProfile]] = {}
         self.fetch_count = 0  # network fetches started (for tests and the bench)
@@ -125,7 +127,7 @@ class ProfileFetcher:
         failure = self._failures.get(url)
         try:
             if failure is not None and now < failure.retry_at:
-                raise type(failure.error)(f"{failure.error.message} (retrying later)")
+                raise failure.error_type(f"{failure.message} (retrying later)")
             return await self._single_flight(url)
         except GatewayError:
             if entry is not None and now < entry.expires_at + self._s.profile_stale_if_error:
@@ -188,7 +190,10 @@ class ProfileFetcher:
         except GatewayError as exc:
             count = self._failures[url].count + 1 if url in self._failures else 1
             delay = min(self._s.profile_fetch_backoff_max, self._s.profile_fetch_backoff_base * 2 ** (count - 1))
-            self._failures[url] = _Failure(count, self._now() + delay, exc)
+            self._failures[url] = _Failure(count, self._now() + delay, type(exc), exc.message)
+            self._failures.move_to_end(url)
+            while len(self._failures) > self._s.profile_cache_size:
+                self._failures.popitem(last=False)
             raise
         self._failures.pop(url, None)
         self._cache[url] = _Entry(profile, self._now() + ttl)
