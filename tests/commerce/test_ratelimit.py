@@ -266,5 +266,23 @@ async def test_verified_agents_have_their_own_budgets_unsigned_callers_share_one
         assert [await signed("b") for _ in range(3)] == [200, 200, 429]  # another verified agent
         # unsigned callers: one budget between them, untouched by the verified agents' use
         assert [await unsigned("x"), await unsigned("y"), await unsigned("z")] == [200, 200, 429]
+        # Regression (security review): the budget was taken after negotiation, so each refused
+        # request naming a new profile still made the gateway fetch that profile, and one whose
+        # fetch failed was not counted. Now a spent budget answers before any fetch, on both bindings.
+        hits = platform.profile_hits
+        assert [await unsigned(f"new{i}") for i in range(5)] == [429] * 5
+        call = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {
+                "name": "get_checkout",
+                "arguments": {"meta": {"ucp-agent": {"profile": agent("mcp")}}, "id": "x"},
+            },
+        }
+        r = await c.post("/ucp/mcp", json=call, headers={"Accept": "application/json, text/event-stream"})
+        body = await r.json()
+        assert r.status == 429 and body["id"] == 7 and body["error"]["data"]["code"] == "rate_limited", body
+        assert platform.profile_hits == hits
     finally:
         await signer.runner.cleanup()

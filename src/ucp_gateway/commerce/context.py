@@ -45,9 +45,9 @@ __all__ = [
     "caller_of",
     "caller_profile_url",
     "company_of",
-    "limit_key",
     "negotiate",
     "payment_handlers",
+    "request_limit_key",
     "webhooks_for",
 ]
 
@@ -276,6 +276,18 @@ def _negotiation(
 UNVERIFIED = "unverified:"
 
 
+def _verified_profile(request: web.Request) -> str | None:
+    """The profile URL of the request's verified principal (set by the signature middleware), or None."""
+    principal = request.get(REQ_PRINCIPAL)
+    for attr in ("profile_url", "agent_profile", "profile"):
+        val = getattr(principal, attr, None) if principal is not None else None
+        if val is None and isinstance(principal, Mapping):
+            val = principal.get(attr)
+        if isinstance(val, str) and val:
+            return val
+    return None
+
+
 def caller_of(request: web.Request, neg: Negotiation | None = None) -> str:
     """The buyer agent's identity: the verified principal's profile URL; for a caller that only
     claims one (no verified signature), ``"unverified:" + `` the negotiated or ``UCP-Agent``
@@ -284,13 +296,9 @@ def caller_of(request: web.Request, neg: Negotiation | None = None) -> str:
 
     Raises: BadRequest ``invalid_profile_url`` when none is present (UCP overview N1).
     """
-    principal = request.get(REQ_PRINCIPAL)
-    for attr in ("profile_url", "agent_profile", "profile"):
-        val = getattr(principal, attr, None) if principal is not None else None
-        if val is None and isinstance(principal, Mapping):
-            val = principal.get(attr)
-        if isinstance(val, str) and val:
-            return val
+    verified = _verified_profile(request)
+    if verified is not None:
+        return verified
     if neg is not None:
         return UNVERIFIED + neg.profile_url
     header = request.headers.get("UCP-Agent")
@@ -310,11 +318,13 @@ def caller_profile_url(caller: str) -> str:
     return caller.removeprefix(UNVERIFIED)
 
 
-def limit_key(company_id: Any, caller: str) -> tuple[Any, str]:
-    """The rate-limit bucket of a :func:`caller_of` identity at one company: its own for a verified
-    buyer agent; ONE shared by every unsigned caller (a claimed profile URL costs nothing to mint,
-    so a bucket each would let one client multiply its budget by naming new profiles)."""
-    return (company_id, UNVERIFIED if caller.startswith(UNVERIFIED) else caller)
+def request_limit_key(request: web.Request, company_id: Any) -> tuple[Any, str]:
+    """The rate-limit bucket of the request's caller at one company, known before negotiation:
+    its own for a verified buyer agent (the principal's profile URL); ONE shared by every unsigned
+    caller, since a claimed profile URL costs nothing to mint (a bucket each would let one client
+    multiply its budget by naming new profiles). Taken before :func:`negotiate`, so a request
+    whose profile fetch or negotiation fails is counted too."""
+    return (company_id, _verified_profile(request) or UNVERIFIED)
 
 
 def webhooks_for(caller: str, dev_mode: bool) -> bool:

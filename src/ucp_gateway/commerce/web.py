@@ -38,8 +38,8 @@ from .context import (
     build_context,
     caller_of,
     company_of,
-    limit_key,
     negotiate,
+    request_limit_key,
 )
 from .idempotency import JSON, Stored, check_key, fingerprint, run_idempotent, serialize
 from .service import CommerceContext
@@ -81,11 +81,11 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
     app = request.app
     try:
         company = await company_of(request)
-        neg = await negotiate(request, company, operation)
-        caller = caller_of(request, neg)
-        wait = app[COMMERCE_LIMITER].take(limit_key(company.id, caller))
+        wait = app[COMMERCE_LIMITER].take(request_limit_key(request, company.id))  # before any profile fetch
         if wait:
             raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
+        neg = await negotiate(request, company, operation)
+        caller = caller_of(request, neg)
         ctx = build_context(request, company, caller, neg)
         raw = request.get(REQ_RAW_BODY)
         if raw is None:

@@ -23,7 +23,7 @@ import asyncpg
 
 from ..appkeys import DATABASE, SETTINGS
 from ..commerce import service
-from ..commerce.context import UNVERIFIED, RateLimited, build_context, caller_of, limit_key, negotiate
+from ..commerce.context import UNVERIFIED, RateLimited, build_context, caller_of, negotiate, request_limit_key
 from ..commerce.idempotency import JSON, KEY_MAX_LENGTH, Stored, check_key, fingerprint, run_idempotent, serialize
 from ..commerce.web import COMMERCE_LIMITER, run_verb, verb_dispatcher
 from ..db import tenant_tx
@@ -108,15 +108,16 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
 
     async def run(call: McpCall) -> Mapping[str, Any]:
         request, company, args = call.request, call.company, call.arguments
+        # the REST binding's rule: counted before any profile fetch (commerce.web._dispatch)
+        wait = request.app[COMMERCE_LIMITER].take(request_limit_key(request, company.id))
+        if wait:
+            raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
         agent = await _agent(call)
         neg = await negotiate(request, company, operation, agent=agent)
         try:
             caller = caller_of(request, neg)
         except BadRequest:  # no UCP-Agent header and nothing negotiated: the profile named in meta
             caller = UNVERIFIED + agent.profile  # caller_of returns a verified signer's without raising
-        wait = request.app[COMMERCE_LIMITER].take(limit_key(company.id, caller))
-        if wait:
-            raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
         ctx = build_context(request, company, caller, neg)
         # the REST binding's Idempotency-Key rule (one key is accepted or refused alike on both)
         key = check_key(args["meta"].get("idempotency-key"), name='meta["idempotency-key"]', required=keyed)
