@@ -26,7 +26,7 @@ from ucp_gateway.errors import ConfigError
 
 from ..test_cli import CLI, _free_port
 from ..test_workers import _events, _wait_for
-from .conftest import Platform, agent, headers, make_app, started, url
+from .conftest import Platform, agent, headers, make_app, new_key, started, url
 from .sigutil import BuyerKey
 
 KEY = (uuid.UUID(int=1), "https://platform.example/profile.json")
@@ -284,5 +284,30 @@ async def test_verified_agents_have_their_own_budgets_unsigned_callers_share_one
         body = await r.json()
         assert r.status == 429 and body["id"] == 7 and body["error"]["data"]["code"] == "rate_limited", body
         assert platform.profile_hits == hits
+        # Regression (security review): the generic verb doors spent no budget at all, and every call
+        # appended an audit row: the MCP generic tools and the stdio bridge's anonymous reads
+        call["params"] = {"name": "capability__manifest", "arguments": {"meta": {"ucp-agent": {"profile": agent("g")}}}}
+        r = await c.post("/ucp/mcp", json=call, headers={"Accept": "application/json, text/event-stream"})
+        assert r.status == 429 and (await r.json())["error"]["data"]["code"] == "rate_limited"
+        r = await c.post(
+            "/api/v1/agent/dispatch",
+            json={"verb": "capability.manifest", "args": {}},
+            headers={"Verb-Surface": "mcp_stdio"},
+        )
+        body = await r.json()
+        assert r.status == 429 and body["error"]["reason"] == "rate_limited" and int(r.headers["Retry-After"]) >= 1
+        # a verified agent's budget is its own on those doors too (and the same one as on REST)
+        mine = f"{signer.base}/profile/c.json"
+        call["params"]["arguments"]["meta"]["ucp-agent"]["profile"] = mine
+
+        async def signed_tool() -> int:
+            raw = json.dumps(call).encode()
+            h = {"UCP-Agent": f'profile="{mine}"', "Content-Type": "application/json", "Idempotency-Key": new_key()}
+            h = key.sign("POST", str(c.make_url("/ucp/mcp")), h, raw)
+            r = await c.post("/ucp/mcp", data=raw, headers={**h, "Accept": "application/json, text/event-stream"})
+            return r.status
+
+        assert await signed("c") == 200  # one of its two on REST
+        assert [await signed_tool(), await signed_tool()] == [200, 429]
     finally:
         await signer.runner.cleanup()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 from aiohttp import web
@@ -52,11 +53,23 @@ try:  # the verb runtime (issue 5); absent in a build without it
 except ImportError:  # pragma: no cover
     VERBS_KEY = None  # type: ignore[assignment]
 
-__all__ = ["COMMERCE_LIMITER", "REST_PREFIX", "SIMULATE_PATH", "setup"]
+__all__ = ["COMMERCE_LIMITER", "REST_PREFIX", "SIMULATE_PATH", "setup", "spend_buyer_budget"]
 
 REST_PREFIX = "/ucp/v1"  # = discovery.builder.REST_PATH (the advertised rest endpoint path)
 SIMULATE_PATH = "/testing/simulate-shipping/{order_id}"
 COMMERCE_LIMITER = web.AppKey("ucpgw.commerce_limiter", RateLimiter)
+
+
+def spend_buyer_budget(request: web.Request, company_id: Any) -> None:
+    """Count one request of a buyer agent against ``buyer_rate_limit`` (its bucket:
+    :func:`.context.request_limit_key`), before any profile fetch or dispatch. Every door a buyer
+    reaches calls it: the REST binding, the MCP binding's tools and generic verb tools, and the
+    verb dispatch endpoint's buyers. No-op without the limiter (commerce not set up).
+    Raises: RateLimited (429 ``rate_limited``, ``retry_after`` in whole seconds)."""
+    limiter = request.app.get(COMMERCE_LIMITER)
+    wait = limiter.take(request_limit_key(request, company_id)) if limiter is not None else 0.0
+    if wait:
+        raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
 
 
 def _response(stored: Stored) -> web.Response:
@@ -81,9 +94,7 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
     app = request.app
     try:
         company = await company_of(request)
-        wait = app[COMMERCE_LIMITER].take(request_limit_key(request, company.id))  # before any profile fetch
-        if wait:
-            raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
+        spend_buyer_budget(request, company.id)  # before any profile fetch
         neg = await negotiate(request, company, operation)
         caller = caller_of(request, neg)
         ctx = build_context(request, company, caller, neg)

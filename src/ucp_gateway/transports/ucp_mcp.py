@@ -211,6 +211,8 @@ class _Handlers:
         if verb not in self.rt.registry and not is_blocked_name(verb):
             raise RpcError(INVALID_PARAMS, f"unknown tool: {name[:100]}")
         principal = self._caller(arguments)
+        if self.rt.admit is not None:  # the buyer rate limit, as on every door (transports.web)
+            self.rt.admit(self.request, principal, self.company)
         body = split_control(name, {k: v for k, v in arguments.items() if k != "meta"})
         call = _call_from(body)
         env = await self.rt.dispatcher.dispatch(principal, call, company=self.company)

@@ -23,9 +23,9 @@ import asyncpg
 
 from ..appkeys import DATABASE, SETTINGS
 from ..commerce import service
-from ..commerce.context import UNVERIFIED, RateLimited, build_context, caller_of, negotiate, request_limit_key
+from ..commerce.context import UNVERIFIED, build_context, caller_of, negotiate
 from ..commerce.idempotency import JSON, KEY_MAX_LENGTH, Stored, check_key, fingerprint, run_idempotent, serialize
-from ..commerce.web import COMMERCE_LIMITER, run_verb, verb_dispatcher
+from ..commerce.web import run_verb, spend_buyer_budget, verb_dispatcher
 from ..db import tenant_tx
 from ..errors import BadRequest, GatewayError
 from ..jsonbody import dumps_compact
@@ -108,10 +108,7 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
 
     async def run(call: McpCall) -> Mapping[str, Any]:
         request, company, args = call.request, call.company, call.arguments
-        # the REST binding's rule: counted before any profile fetch (commerce.web._dispatch)
-        wait = request.app[COMMERCE_LIMITER].take(request_limit_key(request, company.id))
-        if wait:
-            raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
+        spend_buyer_budget(request, company.id)  # the REST binding's rule: before any profile fetch
         agent = await _agent(call)
         neg = await negotiate(request, company, operation, agent=agent)
         try:

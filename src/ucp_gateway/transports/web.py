@@ -22,6 +22,16 @@ from .ucp_mcp import MCP_PATH, MCP_TOOLS, mcp_error_wrapper, mcp_get, mcp_post
 __all__ = ["setup"]
 
 
+def _admit_buyers(request: web.Request, principal, company) -> None:
+    """``VerbsRuntime.admit``: a buyer principal (a signed buyer agent, an unsigned MCP caller, the
+    stdio bridge's anonymous reader) spends the buyer rate limit as on the UCP bindings; staff and
+    partner agents do not. Raises RateLimited (429)."""
+    if principal.kind == "buyer":
+        from ..commerce.web import spend_buyer_budget
+
+        spend_buyer_budget(request, company.id)
+
+
 def setup(app: web.Application) -> None:
     """Add the MCP and WebMCP routes and the MCP error wrapper. Needs ``ucp_gateway.verbs.web.setup``
     to have run (``app[VERBS]``) and ``create_app``'s ``app[PATH_WRAPPERS]``."""
@@ -41,6 +51,7 @@ def setup(app: web.Application) -> None:
         pass
     else:
         app[MCP_TOOLS].update(ucp_tools())
+        rt.admit = _admit_buyers
     app[PATH_WRAPPERS][MCP_PATH] = mcp_error_wrapper  # outermost: rewrites what the error mapper answered
     app.router.add_post(MCP_PATH, mcp_post)
     app.router.add_get(MCP_PATH, mcp_get)

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
 from ..discovery.caching import etag_matches
+from ..errors import GatewayError
 from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import UnsupportedMediaType, json_response, require_json_body
 from ..tenancy import SUBAGENTS, resolve_host
@@ -45,6 +46,10 @@ class VerbsRuntime:
     registry: Registry
     authenticator: Authenticator = default_authenticator
     dispatcher: Dispatcher | None = None
+    #: ``admit(request, principal, company)``, called with every principal of a remote dispatch
+    #: (this endpoint and the MCP generic tools) before the call runs; raises a GatewayError to
+    #: refuse it. The transports install the buyer rate limit here (``commerce.web.spend_buyer_budget``).
+    admit: Callable[[web.Request, Principal, Any], None] | None = None
     manifest_cache: dict[Any, tuple[bytes, str]] = field(default_factory=dict)
 
 
@@ -151,6 +156,14 @@ async def dispatch(request: web.Request) -> web.Response:
         resp = _envelope(401, "?", "auth_required", "Authenticate with a staff token (Authorization: Bearer ...).")
         resp.headers["WWW-Authenticate"] = "Bearer"
         return resp
+    if app[VERBS].admit is not None:
+        try:
+            app[VERBS].admit(request, principal, company)
+        except GatewayError as exc:
+            resp = _envelope(exc.http_status, "?", exc.code, exc.message)
+            if "retry_after" in exc.details:
+                resp.headers["Retry-After"] = str(exc.details["retry_after"])
+            return resp
     raw = request[REQ_RAW_BODY] if REQ_RAW_BODY in request else await request.read()
     try:
         require_json_body(request, raw)
