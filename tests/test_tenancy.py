@@ -142,6 +142,9 @@ async def test_settings_of_the_known_types_and_free_form_keys_are_written(databa
     [
         ("shop:80", "invalid hostname 'shop:80': give the host without a port"),
         ("a:b", "invalid hostname 'a:b': neither a host name nor an IPv6 address"),
+        # newcomer: a Unicode name was refused without saying what to give instead
+        ("Bücher.example", "invalid hostname 'Bücher.example': give its ASCII (IDNA) form, xn--bcher-kva.example"),
+        ("☃☃☃\u0000.example", "invalid hostname '☃☃☃\\x00.example'"),
     ],
 )
 async def test_a_port_or_a_colon_that_is_no_ipv6_is_a_clear_bad_request(database, host, says):

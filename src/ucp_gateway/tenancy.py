@@ -293,6 +293,13 @@ def _hostname(raw: str) -> str:
         h = h.rstrip(".")
         if _HOST.match(h) and _dns_name_or_ipv4(h):
             return h
+        if not h.isascii():  # an internationalised name: stored, and sent in Host, as its IDNA form
+            try:
+                ascii_form = h.encode("idna").decode("ascii")
+            except UnicodeError:
+                ascii_form = None
+            if ascii_form and _HOST.match(ascii_form) and _dns_name_or_ipv4(ascii_form):
+                raise BadRequest(f"invalid hostname {raw!r}: give its ASCII (IDNA) form, {ascii_form}")
         raise BadRequest(f"invalid hostname {raw!r}")
     if not bracketed and (_HOST_PORT.match(h) or (h.startswith("[") and "]:" in h)):
         raise BadRequest(f"invalid hostname {raw!r}: give the host without a port")
