@@ -59,6 +59,14 @@ class _Failure:
     message: str
 
 
+def _put_lru(entries: OrderedDict[str, Any], key: str, value: Any, size: int) -> None:
+    """Store ``value`` as the newest of ``entries``, dropping the oldest beyond ``size``."""
+    entries[key] = value
+    entries.move_to_end(key)
+    while len(entries) > size:
+        entries.popitem(last=False)
+
+
 def _origin(url: str) -> str:
     p = urlsplit(url)
     return f"{p.scheme.lower()}://{(p.hostname or '').lower()}:{p.port or (443 if p.scheme == 'https' else 80)}"
@@ -103,10 +111,7 @@ class ProfileFetcher:
         last = self._forced.get(origin)
         if last is not None and now - last < self._s.profile_cache_ttl_floor:
             return key
-        self._forced[origin] = now
-        self._forced.move_to_end(origin)
-        while len(self._forced) > self._s.profile_cache_size:
-            self._forced.popitem(last=False)
+        _put_lru(self._forced, origin, now, self._s.profile_cache_size)
         try:
             fresh = await self._single_flight(profile_url)
         except GatewayError:
@@ -190,16 +195,11 @@ class ProfileFetcher:
         except GatewayError as exc:
             count = self._failures[url].count + 1 if url in self._failures else 1
             delay = min(self._s.profile_fetch_backoff_max, self._s.profile_fetch_backoff_base * 2 ** (count - 1))
-            self._failures[url] = _Failure(count, self._now() + delay, type(exc), exc.message)
-            self._failures.move_to_end(url)
-            while len(self._failures) > self._s.profile_cache_size:
-                self._failures.popitem(last=False)
+            failure = _Failure(count, self._now() + delay, type(exc), exc.message)
+            _put_lru(self._failures, url, failure, self._s.profile_cache_size)
             raise
         self._failures.pop(url, None)
-        self._cache[url] = _Entry(profile, self._now() + ttl)
-        self._cache.move_to_end(url)
-        while len(self._cache) > self._s.profile_cache_size:
-            self._cache.popitem(last=False)
+        _put_lru(self._cache, url, _Entry(profile, self._now() + ttl), self._s.profile_cache_size)
         return profile
 
     async def _fetch(self, url: str, previous: PlatformProfile | None) -> tuple[PlatformProfile, float]:
