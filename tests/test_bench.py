@@ -58,3 +58,44 @@ def test_disk_probe_times_syncs_and_removes_its_file(tmp_path):
         time.sleep(0.2)
     assert len(probe.latencies) >= 3 and all(0 < x < 5 for x in probe.latencies)
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_buyer_signatures_verify_with_the_gateways_reference_verifier():
+    """The load generator's signer (templates cached per request shape, digests per body) signs
+    what the gateway's reference path verifies, for every shape the flow sends; a changed value fails."""
+    import datetime as dt
+
+    import pytest
+    from multidict import CIMultiDict
+
+    from ucp_gateway.httpsig.errors import GatewayError
+    from ucp_gateway.httpsig.policy import SignaturePolicy
+    from ucp_gateway.httpsig.resolver import StaticKeyResolver
+    from ucp_gateway.httpsig.rfc9421 import RequestView
+    from ucp_gateway.httpsig.verify import verify_request
+
+    bench = _bench()
+    buyer = bench.Buyer(3, "http://127.0.0.1:9")
+    resolver = StaticKeyResolver({buyer.profile: [buyer.jwk]})
+    policy = SignaturePolicy(allow_http_profiles=True)
+    authority = "shop.example:8080"
+
+    async def verify(method, path, body, key, **change):
+        h = buyer.headers(method, authority, path, body, key, True)
+        h.update(change)
+        headers = CIMultiDict({"Host": authority, **h})
+        view = RequestView(method, f"http://{authority}{path}", headers, body)
+        return await verify_request(view, resolver, policy, dt.datetime.now(dt.UTC))
+
+    create, update, pay = buyer.bodies
+    for method, path, body, key in (
+        ("POST", "/ucp/v1/checkout-sessions", create, "k-1"),
+        ("PUT", "/ucp/v1/checkout-sessions/chk_1", update, "k-2"),
+        ("POST", "/ucp/v1/checkout-sessions/chk_1/complete", pay, "k-3"),
+        ("GET", "/ucp/v1/checkout-sessions/chk_1", b"", None),
+    ):
+        sig = await verify(method, path, body, key)
+        assert sig.kid == buyer.kid and sig.profile_url == buyer.profile
+    with pytest.raises(GatewayError) as err:
+        await verify("POST", "/ucp/v1/checkout-sessions", create, "k-1", **{"Idempotency-Key": "k-other"})
+    assert err.value.code == "signature_invalid"
