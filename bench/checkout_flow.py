@@ -15,9 +15,9 @@ client (the load generator shares the 2 cores, so it must be cheap). By default 
 same item: one hot inventory row, locked by every complete until its COMMIT is flushed (the worst
 case, a flash sale); ``--items N`` spreads buyer i over the first N demo products (i mod N), as
 ordinary traffic does. The gateway runs as in production apart from http profile URLs
-(development mode): the default pool size (two per core plus two: 6 here), logging at error level,
-output shape checks off. The webhook
-worker is off (delivery is asynchronous).
+(development mode): one process per core (``--workers``), the default pool size (two per core plus
+two, shared out over the processes: 6 in all here), logging at error level, output shape checks
+off. The webhook worker is off (delivery is asynchronous).
 
 PostgreSQL's WAL is warmed first, as on a server that has been running: the embedded cluster is
 brand new, so until its first checkpoint every 16 MB WAL segment is a new file that PostgreSQL
@@ -62,10 +62,12 @@ directory and prints the disk's p99 and worst sync next to the run. ``--data-dir
 the cluster on tmpfs: the same code and the same commits, without the disk (what the software costs).
 
 Usage: python bench/checkout_flow.py [--buyers 32] [--items 1] [--seconds 10] [--warmup 3] [--rate 100]
-       [--rounds 2] [--workers 1] [--waits] [--profile DIR] [--log-sql FILE] [--modes signed,plain] [--cold-wal]
+       [--rounds 2] [--workers N] [--waits] [--profile DIR] [--log-sql FILE] [--modes signed,plain] [--cold-wal]
        [--data-dir DIR]
-       (--workers N: N gateway processes on the port, bound with SO_REUSEPORT so that each is this
-       script's own child; ``serve --workers N`` shares one socket instead; BENCH_POOL_MAX sets each
+       (--workers N: N gateway processes on the port, by default one per core, as production runs
+       ``serve --workers N`` on this machine; --workers 1 measures one event loop, which is then the
+       bottleneck at saturation. They bind with SO_REUSEPORT so that each is this script's own
+       child; ``serve --workers N`` shares one socket instead; BENCH_POOL_MAX sets each
        one's pool size instead of the default)
        (BENCH_EVENT_LOOP=asyncio runs the gateway on asyncio's own loop instead of uvloop)
 """
@@ -662,10 +664,19 @@ async def _warm_wal(dsn: str, segments: int) -> None:
         await owner.close()
 
 
+def _cores() -> int:
+    """The cores this process may run on (as ``Settings.db_pool_size`` counts them)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _spawn(mode: str, port: int, env: dict, workers: int = 1) -> list[subprocess.Popen]:
     """Start the gateway of ``mode``: ``workers`` processes listening on ``port`` (SO_REUSEPORT when
     more than one); returns once every one of them is serving."""
     e = dict(env, BENCH_WORKERS=str(workers), BENCH_READY_DIR=tempfile.mkdtemp(prefix="ucpgw-ready-"))
+    e["UCPGW_WORKERS"] = str(workers)  # as serve --workers N: the default pool is shared out over them
     if mode == "plain":
         e["UCPGW_COMMERCE_VIA_VERBS"] = "false"
     cmd = [sys.executable, __file__, "--child", mode, "--port", str(port)]
@@ -689,7 +700,12 @@ async def main() -> None:
         "--items", type=int, default=1, choices=range(1, len(PRODUCTS) + 1), help="products bought (1: one hot row)"
     )
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--workers", type=int, default=1, help="gateway processes on the port (serve --workers N)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=_cores(),
+        help="gateway processes on the port (serve --workers N); default one per core, as in production",
+    )
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument(
         "--rounds",
@@ -779,7 +795,8 @@ async def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # the embedded data directory (tens of MB per run)
     print(
         f"checkout flows (create -> update -> complete), {args.buyers} buyer agents, {args.seconds:.0f} s per run,"
-        f" {args.items} product{'s' if args.items > 1 else ' (one hot inventory row)'}"
+        f" {args.items} product{'s' if args.items > 1 else ' (one hot inventory row)'},"
+        f" {args.workers} gateway process{'es' if args.workers > 1 else ''} per configuration"
     )
     results = {key: _summary(rs) for key, rs in runs.items()}
     names = {"signed": "signed + audited", "plain": "no signatures, no audit", "verbs": "unsigned, audited"}
