@@ -78,7 +78,6 @@ import argparse
 import asyncio
 import base64
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -98,6 +97,9 @@ from aiohttp import web
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+from ucp_gateway.config import usable_cores
+from ucp_gateway.httpsig.rfc9530 import content_digest
 
 V = "2026-04-08"
 PRODUCTS = ("pot_ceramic", "bouquet_roses", "bouquet_sunflowers", "bouquet_tulips", "orchid_white", "gardenias")
@@ -157,10 +159,8 @@ class Buyer:
 _ES256 = ec.ECDSA(hashes.SHA256())
 
 
-@functools.lru_cache(maxsize=64)
-def _content_digest(body: bytes) -> str:
-    """RFC 9530 ``sha-256`` Content-Digest of ``body`` (a buyer's three bodies never change)."""
-    return "sha-256=:" + base64.b64encode(hashlib.sha256(body).digest()).decode() + ":"
+# RFC 9530 Content-Digest of a body, once per body (a buyer's three bodies never change)
+_content_digest = functools.lru_cache(maxsize=64)(content_digest)
 
 
 @functools.cache
@@ -664,14 +664,6 @@ async def _warm_wal(dsn: str, segments: int) -> None:
         await owner.close()
 
 
-def _cores() -> int:
-    """The cores this process may run on (as ``Settings.db_pool_size`` counts them)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _spawn(mode: str, port: int, env: dict, workers: int = 1) -> list[subprocess.Popen]:
     """Start the gateway of ``mode``: ``workers`` processes listening on ``port`` (SO_REUSEPORT when
     more than one); returns once every one of them is serving."""
@@ -703,7 +695,7 @@ async def main() -> None:
     ap.add_argument(
         "--workers",
         type=int,
-        default=_cores(),
+        default=usable_cores(),
         help="gateway processes on the port (serve --workers N); default one per core, as in production",
     )
     ap.add_argument("--warmup", type=float, default=3.0)

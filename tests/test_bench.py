@@ -68,7 +68,7 @@ async def test_buyer_signatures_verify_with_the_gateways_reference_verifier():
     import pytest
     from multidict import CIMultiDict
 
-    from ucp_gateway.httpsig.errors import GatewayError
+    from ucp_gateway.errors import GatewayError
     from ucp_gateway.httpsig.policy import SignaturePolicy
     from ucp_gateway.httpsig.resolver import StaticKeyResolver
     from ucp_gateway.httpsig.rfc9421 import RequestView

@@ -16,6 +16,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 __all__ = ["Settings"]
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask: a container's share), at least 1."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 class Settings(BaseSettings):
     """All gateway settings. Units: seconds for durations, bytes for sizes."""
 
@@ -248,11 +256,7 @@ class Settings(BaseSettings):
         on 2 cores a pool of 6 gave more flows/s and less PostgreSQL CPU per flow than 10)."""
         n = self.db_pool_max
         if n is None:
-            try:
-                cores = len(os.sched_getaffinity(0))  # the cores this process may run on (containers)
-            except AttributeError:  # not on Linux
-                cores = os.cpu_count() or 1
-            n = -(-(2 * cores + 2) // self.workers)
+            n = -(-(2 * usable_cores() + 2) // self.workers)
         return max(n, self.db_pool_min)
 
     @property
