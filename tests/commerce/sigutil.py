@@ -149,8 +149,11 @@ class BuyerKey:
 
 
 class RespMsg:
-    def __init__(self, status, headers, body):
+    """A response for the verifier; ``request`` (a Msg) resolves the ``;req`` components."""
+
+    def __init__(self, status, headers, body, request=None):
         self.status_code, self.headers, self.body = status, CaseInsensitiveDict(headers), body
+        self.request = request
 
 
 def verify_with_jwk(message, jwk: dict, require: tuple[str, ...]) -> None:

@@ -56,8 +56,10 @@ async def _signed(client, buyer, method: str, url: str, body: dict | None = None
     path = urlsplit(url).path
     full = str(client.make_url(path))
     h = buyer.key.sign(method, full, h, raw)
-    h["Accept-Signature"] = 'sig1=("@status" "content-digest" "content-type")'
-    return await client.request(method, path, data=raw or None, headers=h)
+    h["Accept-Signature"] = 'sig1=("@status" "content-digest" "content-type")'  # ours is signed instead
+    r = await client.request(method, path, data=raw or None, headers=h)
+    r.sent = Msg(method, full, h, raw)
+    return r
 
 
 async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings):
@@ -141,7 +143,10 @@ async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings)
     done = json.loads(b1)
     assert done["status"] == "completed" and b"success_token" not in b1
     kid = r1.headers["Signature-Input"].split('keyid="')[1].split('"')[0]
-    verify_with_jwk(RespMsg(r1.status, dict(r1.headers), b1), shop_keys[kid], ("@status", "content-digest"))
+    bound = ('"@method";req', '"@authority";req', '"@path";req', '"ucp-agent";req', '"idempotency-key";req')
+    verify_with_jwk(
+        RespMsg(r1.status, dict(r1.headers), b1, r1.sent), shop_keys[kid], ("@status", "content-digest", *bound)
+    )
 
     # the order webhook, signed with the company key, verified against /.well-known/ucp
     settings = db_settings.model_copy(update={"dev_profile_hosts": ["127.0.0.1"]})  # the buyer's http host

@@ -7,6 +7,8 @@ import base64
 import gzip
 import json
 
+import pytest
+
 from ucp_gateway.keys import ensure_active_key, published_jwks
 
 from .signer import build_base, digest, raw_verify, sign_request
@@ -180,7 +182,8 @@ async def test_signed_response_verifies_with_hand_built_base(env, database):
     si = r.headers["Signature-Input"]
     params = si.split("=", 1)[1]
     assert params.startswith(
-        '("@status" "content-digest" "content-type" "@method";req "@authority";req "@path";req "content-digest";req)'
+        '("@status" "content-digest" "content-type" "@method";req "@authority";req "@path";req'
+        ' "ucp-agent";req "idempotency-key";req "content-digest";req)'
     )
     assert f'keyid="{pub["kid"]}"' in params and "alg=" not in params
     req_digest = dict(hdrs)["Content-Digest"]
@@ -192,6 +195,8 @@ async def test_signed_response_verifies_with_hand_built_base(env, database):
             ('"@method";req', "POST"),
             ('"@authority";req', "shop.example"),
             ('"@path";req', "/checkout-sessions/chk_1/complete"),
+            ('"ucp-agent";req', dict(hdrs)["UCP-Agent"]),
+            ('"idempotency-key";req', dict(hdrs)["Idempotency-Key"]),
             ('"content-digest";req', req_digest),
         ],
         params,
@@ -200,20 +205,66 @@ async def test_signed_response_verifies_with_hand_built_base(env, database):
     raw_verify(pub, base, sig)
 
 
-async def test_accept_signature_is_honoured(env, database):
+async def _accept(env, database, accept: str):
     await ensure_active_key(database.pool, env.company.id, now=env.clock.now())
     (pub,) = await published_jwks(database.pool, env.company.id)
-    hdrs = [
-        *signed(env, method="GET", body=b"", path="/checkout-sessions/x"),
-        ("Accept-Signature", 'rsig=("@status" "content-type");nonce="n-42";tag="mine"'),
-    ]
+    hdrs = [*signed(env, method="GET", body=b"", path="/checkout-sessions/x"), ("Accept-Signature", accept)]
     r = await post(env, path="/checkout-sessions/x", headers=hdrs, body=None, method="GET")
     assert r.status == 200
-    si = r.headers["Signature-Input"]
-    assert si.startswith('rsig=("@status" "content-type")') and 'nonce="n-42"' in si and 'tag="mine"' in si
     assert "Accept-Signature" in r.headers.getall("Vary")
-    base = build_base([('"@status"', "200"), ('"content-type"', r.headers["Content-Type"])], si.split("=", 1)[1])
+    return r, pub, dict(hdrs)
+
+
+def _our_lines(r, hdrs) -> dict[str, str]:
+    return {
+        '"@status"': "200",
+        '"content-digest"': r.headers["Content-Digest"],
+        '"content-type"': r.headers["Content-Type"],
+        '"@method";req': "GET",
+        '"@authority";req': "shop.example",
+        '"@path";req': "/checkout-sessions/x",
+        '"ucp-agent";req': hdrs["UCP-Agent"],
+    }
+
+
+async def test_accept_signature_may_reorder_and_add_to_our_coverage(env, database):
+    """RFC 9421 §5.2: label, a component list containing our coverage, and ``expires`` are honoured."""
+    ids = ['"@path";req', '"@status"', '"content-type"', '"content-digest"', '"@method";req', '"@authority";req']
+    ids += ['"ucp-agent";req', '"@target-uri";req']
+    r, pub, hdrs = await _accept(env, database, f"rsig=({' '.join(ids)});expires")
+    si = r.headers["Signature-Input"]
+    assert si.startswith(f"rsig=({' '.join(ids)});created=") and ";expires=" in si
+    lines = _our_lines(r, hdrs) | {'"@target-uri";req': "https://shop.example/checkout-sessions/x"}
+    base = build_base([(c, lines[c]) for c in ids], si.split("=", 1)[1])
     raw_verify(pub, base, base64.b64decode(r.headers["Signature"].split(":")[1]))
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "sig1=()",
+        'sig1=("@status")',
+        'sig1=("@status");tag="ucp-webhook";nonce="n-42"',
+        'rsig=("@status" "content-type");nonce="n-42";tag="mine"',
+        'sig1=("@method" "@authority" "@path" "content-digest" "content-type" "ucp-agent");tag="ucp-webhook"',
+        'sig1=("@status" "content-digest" "content-type" "@method";req "@authority";req "@path";req'
+        ' "ucp-agent";req "x-chosen")',
+        'sig1=("@status" "content-digest" "content-type" "@method";req "@authority";req "@path";req'
+        ' "ucp-agent";req);nonce="chosen";tag="ucp-webhook";keyid="mine";alg="ed25519"',
+    ],
+)
+async def test_accept_signature_never_gets_a_signature_as_asked(env, database, accept):
+    """The signing oracle closed: an empty list, ``@status`` alone, a request's components, a field we
+    did not choose, a caller's ``nonce``/``tag``/``keyid``: the company key signs only our own coverage
+    with our own parameters."""
+    r, pub, hdrs = await _accept(env, database, accept)
+    si = r.headers["Signature-Input"]
+    label, params = si.split("=", 1)
+    ours = _our_lines(r, hdrs)
+    assert params.startswith("(" + " ".join(ours) + ");created="), si
+    assert "nonce=" not in params and "tag=" not in params and "alg=" not in params
+    assert f';keyid="{pub["kid"]}"' in params and label == accept.split("=", 1)[0]
+    raw_verify(pub, build_base(list(ours.items()), params), base64.b64decode(r.headers["Signature"].split(":")[1]))
 
 
 async def test_first_signature_bootstraps_the_company_key(env, database):
@@ -291,8 +342,9 @@ async def test_company_setting_signs_every_response(env, database):
     assert r.status == 200 and r.headers["Signature-Input"].startswith('sig1=("@status" "content-digest"')
 
 
-async def test_p22_multiple_set_cookie_lines_are_signed_as_byte_sequences(env, database):
-    """RFC 9421 §2.1.3: Set-Cookie lines cannot be combined safely; the signer wraps them (;bs)."""
+async def test_set_cookie_asked_for_is_not_signed(env, database):
+    """A response field we did not choose (here Set-Cookie, whose lines RFC 9421 §2.1.3 would wrap
+    as ;bs) is not covered when Accept-Signature asks for it: our own coverage is signed instead."""
     from multidict import CIMultiDict
 
     from ucp_gateway.httpsig.rfc9421 import ResponseView
@@ -306,14 +358,8 @@ async def test_p22_multiple_set_cookie_lines_are_signed_as_byte_sequences(env, d
     view = ResponseView(200, headers, None, b"ok")
     sign_response_view(view, key, now=env.clock.now(), accept_signature='s=("@status" "set-cookie")')
     si = headers["Signature-Input"]
-    assert si.startswith('s=("@status" "set-cookie";bs)')
-    lines = [
-        ('"@status"', "200"),
-        (
-            '"set-cookie";bs',
-            ":" + base64.b64encode(b"a=1, b").decode() + ":, :" + base64.b64encode(b"c=2").decode() + ":",
-        ),
-    ]
+    assert si.startswith('s=("@status" "content-digest" "content-type");created=')
+    lines = [('"@status"', "200"), ('"content-digest"', digest(b"ok")), ('"content-type"', "text/plain")]
     raw_verify(pub, build_base(lines, si.split("=", 1)[1]), base64.b64decode(headers["Signature"].split(":")[1]))
 
 

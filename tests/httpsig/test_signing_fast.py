@@ -193,9 +193,12 @@ def _library_sign(view, key, **kw):
     "accept",
     [
         None,
-        'rsig=("@status" "content-type" "@method";req);nonce="n-42";tag="mine";expires=1',
-        'rsig=("@status" "@query-param";req;name="x")',  # not handled here: the library decides
-        'rsig=("@status" "nope")',  # a field we do not have: our own coverage instead
+        'rsig=("@status" "content-type" "@method";req);nonce="n-42";tag="mine";expires=1',  # ours instead
+        'rsig=("@status" "@query-param";req;name="x")',  # not one we sign: our own coverage instead
+        'rsig=("@status" "nope")',  # a field we did not choose: our own coverage instead
+        # our coverage reordered plus @target-uri;req: signed as asked (the library decides the order)
+        'rsig=("@path";req "@status" "content-digest" "content-type" "@method";req "@authority";req'
+        ' "@query";req "content-digest";req "@target-uri";req);expires',
     ],
 )
 def test_fast_signature_verifies_and_matches_library_headers(accept):
@@ -217,8 +220,13 @@ def test_fast_signature_verifies_and_matches_library_headers(accept):
     _library_sign(ref, key, **kw)
     assert ref.headers["Signature-Input"] == si
     assert ref.headers["Content-Digest"] == view.headers["Content-Digest"]
-    if accept is None or "nope" in accept:
-        assert params.startswith("(" + " ".join(f'"{c}"' if '"' not in c else c for c in DEFAULT) + ")")
+    assert "nonce=" not in params and "tag=" not in params
+    if accept is None or "@target-uri" not in accept:
+        ours = response_components(True, view.request)
+        assert ours == [*DEFAULT[:6], '"@query";req', DEFAULT[6]]
+        assert params.startswith("(" + " ".join(f'"{c}"' if '"' not in c else c for c in ours) + ")")
+    else:
+        assert params.startswith(accept.split("=", 1)[1].split(";expires")[0]) and ";expires=" in params
 
 
 def test_fast_signing_replaces_existing_signature_lines():

@@ -269,6 +269,8 @@ def _verify_response_signature(resp: httpx2.Response, jwks: list[dict]) -> None:
         '"@authority";req': urlsplit(str(req.url)).netloc,
         '"@path";req': urlsplit(str(req.url)).path,
         '"content-digest";req': req.headers["Content-Digest"],
+        '"ucp-agent";req': req.headers.get("UCP-Agent"),
+        '"idempotency-key";req': req.headers.get("Idempotency-Key"),
     }
     covered = re.findall(r'"[^"]+"(?:;req)?', params[: params.index(")")])
     kid = re.search(r'keyid="([^"]+)"', params).group(1)

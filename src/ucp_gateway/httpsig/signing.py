@@ -29,6 +29,7 @@ from .rfc9530 import content_digest
 __all__ = [
     "WEBHOOK_COMPONENTS",
     "KeyForSigning",
+    "chosen_components",
     "parse_accept_signature",
     "response_components",
     "sign_response_view",
@@ -63,18 +64,53 @@ def _signer(key: KeyForSigning) -> HTTPMessageSigner:
     )
 
 
+# Request fields a response signature binds when the request carries them (UCP signatures.md: the
+# UCP headers of the request; RFC 9421 §2.4 ";req").
+_BOUND_REQUEST_FIELDS = ("ucp-agent", "idempotency-key", "content-digest")
+# What Accept-Signature may add to our own coverage (RFC 9421 §5.2 lets the signer refuse the rest):
+# response fields we set ourselves and request components. Never fewer than response_components.
+_ACCEPTABLE = frozenset(
+    [
+        '"@status"',
+        '"content-digest"',
+        '"content-type"',
+        *(f'"{n}";req' for n in ("@method", "@authority", "@path", "@query", "@target-uri", "@scheme")),
+        *(f'"{n}";req' for n in (*_BOUND_REQUEST_FIELDS, "content-type", "request-id")),
+    ]
+)
+
+
 def response_components(has_body: bool, request: RequestView | None) -> list[str]:
     """``@status`` (+ ``content-digest content-type`` with a body) and the request binding
-    ``"@method";req "@authority";req "@path";req`` (+ ``"content-digest";req`` when the request
-    has one). UCP signatures.md "Response covered components"; RFC 9421 §2.4, §7.3.7."""
+    ``"@method";req "@authority";req "@path";req`` (+ ``"@query";req`` when the URL has a query, and
+    ``"ucp-agent";req "idempotency-key";req "content-digest";req`` for those the request carries).
+    UCP signatures.md "Response covered components"; RFC 9421 §2.4, §7.3.7. This is the floor of
+    every response signature: Accept-Signature can add to it, never take from it."""
     comps = ["@status"]
     if has_body:
         comps += ["content-digest", "content-type"]
     if request is not None:
         comps += ['"@method";req', '"@authority";req', '"@path";req']
-        if "content-digest" in request.headers:
-            comps.append('"content-digest";req')
+        if urlsplit(request.url).query:
+            comps.append('"@query";req')
+        comps += [f'"{name}";req' for name in _BOUND_REQUEST_FIELDS if name in request.headers]
     return comps
+
+
+def _quoted(cid: str) -> str:
+    return cid if cid.startswith('"') else f'"{cid}"'
+
+
+def chosen_components(asked: list[str], default: list[str]) -> list[str] | None:
+    """The Accept-Signature component list (serialized ids, RFC 9421 §5.1) when we are willing to
+    sign it as asked: every id of ``default`` present, every id among the acceptable ones, no repeat.
+    None otherwise (the caller then signs ``default``): an empty list, ``@status`` alone or a field
+    we did not choose never gets a signature of the company key."""
+    if len(set(asked)) != len(asked) or not set(asked) <= _ACCEPTABLE:
+        return None
+    if not {_quoted(c) for c in default} <= set(asked):
+        return None
+    return asked
 
 
 def parse_accept_signature(value: str) -> tuple[str, list[str], dict[str, Any]] | None:
@@ -145,8 +181,9 @@ def sign_response_view(
     tag: str | None = None,
 ) -> None:
     """Sign ``view`` in place: sets Content-Digest (over ``view.body``, the exact bytes sent),
-    Signature-Input and Signature. Accept-Signature (§5.2), when usable, decides label,
-    components, ``nonce``/``tag``/``expires``; otherwise :func:`response_components` apply.
+    Signature-Input and Signature. :func:`response_components` are always covered; Accept-Signature
+    (§5.2) may choose the label, a component list that contains them (:func:`chosen_components`)
+    and ask for ``expires``; anything else it asks is ignored.
 
     The usual shapes are signed through :func:`.base.fast_response_base` (the library's bytes,
     without its Structured Field round trips); anything else through ``HTTPMessageSigner``.
@@ -163,21 +200,25 @@ def sign_response_view(
     }
     asked = parse_accept_signature(accept_signature) if accept_signature else None
     if asked is not None:
+        # RFC 9421 §5.2 lets the signer decline: we honour the label, the component list only when
+        # it contains our own coverage (chosen_components), and ``expires`` with a value of ours.
+        # ``nonce``, ``tag``, ``keyid`` and ``alg`` are never taken from the caller, so the company
+        # key signs no base of the caller's making (one that could pass as a webhook, for one).
         a_label, a_comps, a_params = asked
-        kwargs.update(label=a_label, covered_component_ids=a_comps)
-        if isinstance(a_params.get("nonce"), str):
-            kwargs["nonce"] = a_params["nonce"]
-        if isinstance(a_params.get("tag"), str):
-            kwargs["tag"] = a_params["tag"]
+        if valid_label(a_label):
+            kwargs["label"] = a_label
+        comps = chosen_components(a_comps, default)
+        if comps is not None:
+            kwargs["covered_component_ids"] = comps
         if "expires" in a_params:
             kwargs["expires"] = now + dt.timedelta(minutes=5)
     try:
         _sign(view, key, kwargs)
     except HTTPMessageSignaturesException:
-        if asked is None:
+        if kwargs["covered_component_ids"] is default:
             raise
-        # components we cannot provide: fall back to our own coverage
-        kwargs.update(label=label, covered_component_ids=default, tag=tag)
+        # components we cannot provide (a request field absent): fall back to our own coverage
+        kwargs["covered_component_ids"] = default
         _sign(view, key, kwargs)
 
 
