@@ -8,23 +8,28 @@ in its tenant transaction (the tables have FORCE row-level security; the app rol
 company's rows), in batches of ``batch`` rows, ``margin`` seconds after they expired (the gateway's
 clock and PostgreSQL's may differ; a row is never deleted while a reader could still count it).
 
-Like the key scheduler it runs in every replica, and one replica acts per round
-(:mod:`ucp_gateway.periodic`). The rows to delete are found by time through BRIN
-indexes (migration 0059): rows are written in time order, and a BRIN index costs almost nothing on
-the write path that the B-tree dropped by 0055 slowed down.
+Which companies have rows to delete is one read over all of them (:func:`due`: scope
+``retention``, role ``ucp_scan``, which sees only company_id and the rule's columns, migration
+0090), so a company with nothing expired costs nothing per round; only those companies get tenant
+transactions. Like the key scheduler it runs in every replica, one replica acts per round, and a
+round is bounded in time and work (:mod:`ucp_gateway.periodic`). The rows are found by time through
+BRIN indexes (migrations 0059, 0060, 0090): rows are written in time order, and a BRIN index costs
+almost nothing on the write path that the B-tree dropped by 0055 slowed down.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from uuid import UUID
 
 import asyncpg
 
-from .db import tenant_tx
-from .periodic import all_companies, every, one_replica
+from .db import platform_scan_tx, tenant_tx
+from .periodic import LOCK_TIMEOUT, SCAN_ROLE, Budget, Round, every, one_replica
 
 __all__ = [
     "COMMERCE_KEEP",
@@ -34,9 +39,11 @@ __all__ = [
     "USAGE_KEEP",
     "Rule",
     "cutoff",
+    "due",
     "run_forever",
     "run_once",
     "sweep_company",
+    "sweep_table",
 ]
 
 log = logging.getLogger(__name__)
@@ -102,62 +109,125 @@ def cutoff(rule: Rule, now: dt.datetime, margin: int) -> dt.datetime | dt.date:
     return at.astimezone(dt.UTC).date() if rule.by_day else at
 
 
+def _cond(rule: Rule) -> str:
+    return f"{rule.column} < $1" + (f" AND {rule.where}" if rule.where else "")
+
+
 def _delete_sql(rule: Rule) -> str:
-    # a bounded batch (LIMIT in the subquery); the outer condition holds again for the rows deleted
-    cond = f"{rule.column} < $1" + (f" AND {rule.where}" if rule.where else "")
+    # a bounded batch (LIMIT in the subquery) of rows no request holds (SKIP LOCKED: the next round
+    # takes those); the outer condition holds again for the rows deleted
+    cond = _cond(rule)
     return (
         f"DELETE FROM {rule.table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {rule.table} "
-        f"WHERE {cond} LIMIT $2)) AND {cond}"
+        f"WHERE {cond} LIMIT $2 FOR UPDATE SKIP LOCKED)) AND {cond}"
     )
+
+
+def _find_sql(rule: Rule) -> str:
+    # the companies among the first $3 expired rows, but those already done this round ($2);
+    # read as ucp_scan, which sees company_id and the rule's columns only (migration 0090)
+    return (
+        f"SELECT DISTINCT s.company_id, c.slug FROM (SELECT company_id FROM {rule.table}"
+        f" WHERE {_cond(rule)} AND company_id <> ALL($2::uuid[]) LIMIT $3) s JOIN companies c ON c.id = s.company_id"
+    )
+
+
+async def due(
+    pool: asyncpg.Pool, *, now: dt.datetime, margin: int, skip: dict[str, set[UUID]] | None = None, rows: int = 10_000
+) -> list[tuple[Rule, UUID, str]]:
+    """``(rule, company_id, slug)`` for every company with rows of ``rule`` to delete at ``now``,
+    found in one platform transaction over all companies (scope ``retention``, role ``ucp_scan``),
+    each rule's search bounded to its first ``rows`` expired rows; ``skip``: ``{table: company ids}``
+    left out (done this round)."""
+    skip = skip or {}
+    out: list[tuple[Rule, UUID, str]] = []
+    async with platform_scan_tx(pool, "retention", role=SCAN_ROLE) as conn:
+        for rule in RULES:
+            found = await conn.fetch(_find_sql(rule), cutoff(rule, now, margin), list(skip.get(rule.table, ())), rows)
+            out.extend((rule, r["company_id"], r["slug"]) for r in found)
+    return out
+
+
+async def sweep_table(
+    pool: asyncpg.Pool,
+    company_id: UUID,
+    rule: Rule,
+    *,
+    now: dt.datetime,
+    margin: int,
+    batch: int,
+    max_batches: int = 20,
+) -> tuple[int, bool]:
+    """Delete ``company_id``'s expired rows of ``rule``, ``batch`` rows per tenant transaction and at
+    most ``max_batches`` transactions. Returns ``(rows deleted, whether rows may be left)``. Raises
+    asyncpg errors as they come (LockNotAvailableError: a lock held past ``LOCK_TIMEOUT``)."""
+    sql, before, n_all = _delete_sql(rule), cutoff(rule, now, margin), 0
+    for _ in range(max_batches):
+        async with tenant_tx(pool, company_id, then=LOCK_TIMEOUT) as conn:
+            n = int((await conn.execute(sql, before, batch)).split()[-1])
+        n_all += n
+        if n < batch:
+            return n_all, False
+    return n_all, True
 
 
 async def sweep_company(
     pool: asyncpg.Pool, company_id: UUID, *, now: dt.datetime, margin: int, batch: int, max_batches: int = 20
 ) -> dict[str, int]:
-    """Delete ``company_id``'s expired rows of every rule, ``batch`` rows per transaction and at most
-    ``max_batches`` transactions per table (the next round goes on). Returns ``{table: rows}``
-    for the tables where rows were deleted. Raises asyncpg errors as they come."""
+    """Delete ``company_id``'s expired rows of every rule (:func:`sweep_table`). Returns
+    ``{table: rows}`` for the tables where rows were deleted. Raises asyncpg errors as they come."""
     out: dict[str, int] = {}
     for rule in RULES:
-        sql, before = _delete_sql(rule), cutoff(rule, now, margin)
-        for _ in range(max_batches):
-            async with tenant_tx(pool, company_id) as conn:
-                n = int((await conn.execute(sql, before, batch)).split()[-1])
-            if n:
-                out[rule.table] = out.get(rule.table, 0) + n
-            if n < batch:
-                break
+        n, _ = await sweep_table(pool, company_id, rule, now=now, margin=margin, batch=batch, max_batches=max_batches)
+        if n:
+            out[rule.table] = n
     return out
 
 
 async def run_once(
-    pool: asyncpg.Pool, *, now: dt.datetime, margin: int, batch: int
-) -> dict[str, dict[str, int]] | None:
-    """One round over all companies: ``{slug: {table: rows deleted}}`` for companies where rows
-    were deleted, or None when another replica holds the lock (nothing done). A company whose
-    sweep fails in the database is logged and skipped; the others are swept."""
+    pool: asyncpg.Pool, *, now: dt.datetime, margin: int, batch: int, budget: Budget | None = None
+) -> Round | None:
+    """One round: the companies with expired rows are found in one read (:func:`due`), then each
+    company's rows of each such table are deleted in its tenant context (:func:`sweep_table`),
+    within ``budget``. ``Round.done`` is ``{slug: {table: rows deleted}}``; ``Round.left`` counts the
+    ``(company, table)`` sweeps left for the next round (budget spent, more rows than one round's
+    batches, a row held by a request, a database error: a company's fault does not stop the others).
+    None when another replica holds the lock (nothing done)."""
+    budget = budget or Budget()
     async with one_replica(pool, LOCK_KEY) as held:
         if held is None:
             return None
-        out: dict[str, dict[str, int]] = {}
-        async for c in all_companies(pool):
-            try:
-                done = await sweep_company(pool, c.id, now=now, margin=margin, batch=batch)
-            except asyncpg.PostgresError as exc:  # one company's fault does not stop the others
-                log.warning("retention sweep of %s failed: %s", c.slug, exc.__class__.__name__)
-                continue
-            if done:
-                out[c.slug] = done
+        out, skip = Round(), {}
+        while not budget.spent() and (found := await due(pool, now=now, margin=margin, skip=skip)):
+            for i, (rule, cid, slug) in enumerate(found):
+                if not budget.take():
+                    out.left += len(found) - i
+                    break
+                skip.setdefault(rule.table, set()).add(cid)  # once per round: what is left waits
+                await budget.pace(pool)
+                try:
+                    n, more = await sweep_table(pool, cid, rule, now=now, margin=margin, batch=batch)
+                except asyncpg.PostgresError as exc:
+                    log.warning("retention sweep of %s failed: %s", slug, exc.__class__.__name__)
+                    out.left += 1
+                    continue
+                if n:
+                    tables = out.done.setdefault(slug, {})
+                    tables[rule.table] = tables.get(rule.table, 0) + n
+                out.left += more
+        out.seconds = time.monotonic() - budget.started
         return out
 
 
-async def run_forever(pool: asyncpg.Pool, *, now, interval: float, margin: int, batch: int) -> None:
+async def run_forever(
+    pool: asyncpg.Pool, *, now, interval: float, margin: int, batch: int, budget: Callable[[], Budget] = Budget
+) -> None:
     """Run :func:`run_once` every ``interval`` seconds until cancelled (:func:`.periodic.every`);
-    ``now``: a callable returning aware UTC time."""
+    ``now``: a callable returning aware UTC time; ``budget``: makes each round's Budget."""
 
     async def round_() -> None:
-        done = await run_once(pool, now=now(), margin=margin, batch=batch)
-        if done:
-            log.info("retention sweep", extra={"deleted": done})
+        r = await run_once(pool, now=now(), margin=margin, batch=batch, budget=budget())
+        if r is not None and (r.done or r.left):
+            log.info("retention sweep", extra={"deleted": r.done, "left": r.left, "seconds": r.seconds})
 
     await every(interval, round_, what="retention sweep", log=log)

@@ -187,12 +187,14 @@ async def test_scheduler_runs_in_one_replica_at_a_time(database, vault, two_comp
             is None
         )
         await other_replica.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
-    done = await run_once(
-        database.pool, now=clock.now() + dt.timedelta(hours=2), publish_min=3600, rotating_grace=10, vault=vault
-    )
+    done = (
+        await run_once(
+            database.pool, now=clock.now() + dt.timedelta(hours=2), publish_min=3600, rotating_grace=10, vault=vault
+        )
+    ).done
     assert set(done) == {"acme", "bolt"} and all(ev == "activate" for v in done.values() for _, ev in v)
     c = await create_company(database.pool, slug="new", display_name="New")
-    done = await run_once(database.pool, now=clock.now(), publish_min=3600, rotating_grace=10, vault=vault)
+    done = (await run_once(database.pool, now=clock.now(), publish_min=3600, rotating_grace=10, vault=vault)).done
     assert [ev for _, ev in done["new"]] == ["create"] and len(await list_keys(database.pool, c.id)) == 1
     assert sorted(k.state.value for k in await list_keys(database.pool, a.id)) == ["active", "rotating"]
 

@@ -174,13 +174,25 @@ _SCOPE = re.compile(r"[a-z_]{1,63}")
 
 
 @asynccontextmanager
-async def platform_scan_tx(pool: asyncpg.Pool, scope: str) -> AsyncIterator[asyncpg.Connection]:
+async def platform_scan_tx(
+    pool: asyncpg.Pool, scope: str, *, role: str | None = None
+) -> AsyncIterator[asyncpg.Connection]:
     """A platform transaction that may see every tenant's rows of the tables whose policy names
     ``scope`` (``current_setting('app.platform_scan') = scope``), e.g. ``"webhook_queue"`` for the
     delivery worker. Cross-tenant access is thus explicit and scoped to one table; a transaction
     with no context at all still sees no tenant rows.
+
+    ``role``: the transaction runs as that role (``SET LOCAL ROLE``), e.g. ``"ucp_scan"``
+    (migration 0090), which may read only the columns that say what is due, and whose policies
+    are the ones naming ``scope``. Raises ValueError for a ``scope`` or ``role`` that is not a
+    plain lower-case name.
     """
     sql = "SELECT set_config('app.company_id', '', true), set_config('app.platform_scan', $1, true)"
+    if role is not None and not _SCOPE.fullmatch(role):
+        raise ValueError(f"not a role name: {role!r}")
+    then = f"SET LOCAL ROLE {role}" if role is not None else None
+    if role is not None and not _SCOPE.fullmatch(scope):
+        raise ValueError(f"not a scan scope: {scope!r}")
     fused = sql.replace("$1", f"'{scope}'") if _SCOPE.fullmatch(scope) else None
-    async with _Unit(pool, fused, sql, (scope,), None) as conn:
+    async with _Unit(pool, fused, sql, (scope,), None, then) as conn:
         yield conn

@@ -371,10 +371,17 @@ async def compromise_key(
 
 
 async def advance_company(
-    pool: asyncpg.Pool, company_id: UUID, *, now: dt.datetime, publish_min: int, rotating_grace: int
+    pool: asyncpg.Pool,
+    company_id: UUID,
+    *,
+    now: dt.datetime,
+    publish_min: int,
+    rotating_grace: int,
+    then: str | None = None,
 ) -> list[tuple[str, KeyEvent]]:
-    """Apply the time-driven transitions that are due (see :func:`.lifecycle.due_events`)."""
-    async with tenant_tx(pool, company_id) as conn:
+    """Apply the time-driven transitions that are due (see :func:`.lifecycle.due_events`).
+    ``then``: a first statement of the transaction (:func:`..db.tenant_tx`), e.g. a lock timeout."""
+    async with tenant_tx(pool, company_id, then=then) as conn:
         rows = await conn.fetch("SELECT kid, state, state_changed_at FROM company_keys FOR UPDATE")
         timings = [KeyTiming(r["kid"], KeyState(r["state"]), r["state_changed_at"]) for r in rows]
         done = due_events(timings, now, publish_min=publish_min, rotating_grace=rotating_grace)
