@@ -2,8 +2,9 @@
 
 Errors are mapped to the wire in exactly one place (:func:`foundation_middleware`): a
 :class:`~ucp_gateway.errors.GatewayError` becomes ``{"code", "content"}`` with its status; an
-aiohttp HTTP error keeps its status with a JSON body; anything else is logged with the request id and
-answered with a generic 500 that carries no stack trace.
+aiohttp HTTP error keeps its status with a JSON body; a database outage (``db.outage.is_outage``)
+is 503 ``unavailable`` with ``Retry-After``, not logged per request; anything else is logged with
+the request id and answered with a generic 500 that carries no stack trace.
 
 Two per-path hooks let subsystems act on their own paths without an aiohttp middleware layer that
 every request of every path would pay for (``create_app`` makes both dicts; a subsystem adds entries
@@ -44,6 +45,7 @@ from aiohttp import hdrs, web
 from multidict import istr
 
 from .appkeys import DATABASE, REQ_COMPANY, REQ_REQUEST_ID
+from .db.outage import as_outage
 from .errors import BadRequest, GatewayError
 from .logs import REQUEST_ID_VAR
 from .mediatype import json_response
@@ -166,8 +168,13 @@ _MISS = HostCache.MISS
 def _map_error(request: web.Request, exc: Exception) -> web.Response:
     """The one error mapper (REST transport); call it inside the ``except`` block (the 500 branch
     logs the active exception). Re-raises HTTP exceptions that are not errors (< 400) or are JSON."""
+    if not isinstance(exc, GatewayError):
+        # the database went away under a query: an outage (503), logged once by the pool, not here
+        exc = as_outage(exc) or exc
     if isinstance(exc, GatewayError):
-        headers = {"Retry-After": "1"} if exc.http_status in (429, 503) else None
+        headers = None
+        if exc.http_status in (429, 503):
+            headers = {"Retry-After": str(exc.details.get("retry_after", 1))}
         return json_response(exc.to_body(), status=exc.http_status, headers=headers)
     if isinstance(exc, web.HTTPException):
         if exc.status < 400 or exc.content_type == "application/json":

@@ -21,7 +21,9 @@ SIGINT (a Ctrl-C reaches the whole process group): the supervisor must close its
 what queues after the workers' copies are gone would be reset when it does. A worker whose
 supervisor is gone (SIGKILL) shuts itself down within a second or so; the embedded PostgreSQL of a
 killed supervisor is left running, as after a killed single-process ``serve``: the next start
-reuses it (and, not having started it, leaves it running).
+reuses it, and its clean stop stops it (``db.embedded``: dead handle holders are forgotten). The
+supervisor also restarts the embedded PostgreSQL when it dies (``db.embedded.supervise_embedded``);
+the workers' pools reconnect by themselves.
 
 Every worker has its own pool (``Settings.db_pool_size`` connections) and profile and host caches.
 What must be shared lives in PostgreSQL: the replay cache, idempotency keys, daily caps, the audit
@@ -35,6 +37,7 @@ unlinking to multiprocessing's resource tracker, which does it once the workers 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -197,6 +200,7 @@ async def _prepare(settings: Settings) -> tuple[Settings, Any]:
     load_ring(settings)  # dev: generates keys/dev.kek here, not racily in N workers
     load_nonce_secrets(settings)  # dev: generates <data_dir>/verbs-nonce.secret likewise
     db = await connect_database(settings)
+    await db._stop_supervising()  # the supervisor supervises it from here on (supervise)
     embedded, db.embedded = db.embedded, None  # keep the embedded server running for the workers
     try:
         async with db.pool.acquire() as conn:
@@ -241,9 +245,14 @@ async def supervise(settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     code = 0
+    watch: asyncio.Task | None = None
     try:
         limits = create_shared_block(settings.workers)  # the buyer rate limit's counters, a row per worker
         worker_settings, embedded = await _prepare(settings)
+        if embedded is not None:  # restarted when it dies; the workers' pools reconnect
+            from .db.embedded import supervise_embedded
+
+            watch = asyncio.create_task(supervise_embedded(embedded), name="ucpgw-embedded-pg")
         worker_settings = worker_settings.model_copy(update={"port": sock.getsockname()[1]})
         workers = _Workers(worker_settings, sock, limits.name)
         try:
@@ -256,6 +265,10 @@ async def supervise(settings: Settings) -> int:
         sock.close()
         if limits is not None:
             release_shared_block(limits)  # the workers are gone (stop_all): nobody counts in it now
+        if watch is not None:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
         if embedded is not None:
             from .db.embedded import stop_embedded
 

@@ -11,6 +11,7 @@ Two roles (docs/architecture.md, "Data"):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,8 +25,9 @@ from ..errors import ConfigError
 from ..jsonbody import db_dumps, db_loads
 from .connection import GatewayConnection
 from .dsn import check_dsn, with_database, with_user
-from .embedded import start_embedded, stop_embedded
+from .embedded import start_embedded, stop_embedded, supervise_embedded
 from .migrate import apply_migrations, migration_status
+from .outage import DatabaseHealth
 
 __all__ = ["EMBEDDED_DB_NAME", "Database", "connect_database", "open_database", "owner_connect"]
 
@@ -101,13 +103,29 @@ async def _check_app_role(conn: asyncpg.Connection) -> None:
 
 @dataclass
 class Database:
-    """The opened database. ``pool`` is the application-role pool every request uses."""
+    """The opened database. ``pool`` is the application-role pool every request uses; ``health``
+    its up/down state (:class:`.outage.DatabaseHealth`, set by the pool's connection attempts)."""
 
     pool: asyncpg.Pool
     owner_dsn: str
     app_dsn: str
     embedded: Any | None = None
+    health: DatabaseHealth = field(default_factory=DatabaseHealth)
     _closed: bool = field(default=False, repr=False)
+    _supervisor: asyncio.Task | None = field(default=None, repr=False)
+
+    def supervise_embedded(self) -> None:
+        """Keep the embedded server (if this process started it) running while the database is
+        open: restarted when it dies (``db.embedded.supervise_embedded``). Needs a running loop."""
+        if self.embedded is not None and self._supervisor is None:
+            self._supervisor = asyncio.create_task(supervise_embedded(self.embedded), name="ucpgw-embedded-pg")
+
+    async def _stop_supervising(self) -> None:
+        task, self._supervisor = self._supervisor, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def ready(self) -> tuple[bool, str]:
         """Readiness: the database answers and migrations are current. Returns ``(ok, reason)``."""
@@ -115,7 +133,8 @@ class Database:
             async with self.pool.acquire(timeout=2.0) as conn:
                 pending, problems = await migration_status(conn)
         except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            return False, f"database unreachable: {exc.__class__.__name__}"
+            reason = self.health.snapshot().reason or exc.__class__.__name__
+            return False, f"database unreachable: {reason}"
         if problems:
             return False, problems[0]
         if pending:
@@ -127,6 +146,7 @@ class Database:
         if self._closed:
             return
         self._closed = True
+        await self._stop_supervising()  # before the stop: a restart never races it
         try:
             await asyncio.wait_for(self.pool.close(), timeout=10)
         except TimeoutError:
@@ -165,6 +185,7 @@ async def connect_database(settings: Settings, *, migrate: bool = True) -> Datab
         finally:
             await conn.close()
         app_dsn = settings.app_database_url or with_user(owner_dsn, settings.app_db_role, password)
+        health = DatabaseHealth()
         try:
             pool = await asyncpg.create_pool(
                 app_dsn,
@@ -173,6 +194,7 @@ async def connect_database(settings: Settings, *, migrate: bool = True) -> Datab
                 init=_init_connection,
                 timeout=_CONNECT_TIMEOUT,
                 connection_class=GatewayConnection,  # server reset only when session state may remain
+                connect=health.connect,  # an outage: DatabaseUnavailable, and one log line per change
             )
         except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
             raise ConfigError(
@@ -189,7 +211,9 @@ async def connect_database(settings: Settings, *, migrate: bool = True) -> Datab
         if embedded is not None:
             await stop_embedded(embedded)
         raise
-    return Database(pool=pool, owner_dsn=owner_dsn, app_dsn=app_dsn, embedded=embedded)
+    db = Database(pool=pool, owner_dsn=owner_dsn, app_dsn=app_dsn, embedded=embedded, health=health)
+    db.supervise_embedded()
+    return db
 
 
 @asynccontextmanager

@@ -1,20 +1,53 @@
 """The embedded PostgreSQL server (``pgserver``), used when no ``DATABASE_URL`` is configured.
 
-Data lives under ``<data_dir>/pg`` and survives restarts. :func:`stop_embedded` stops the server so
-that no postgres process is left behind (pgserver also registers an ``atexit`` hook as a backstop).
-The server listens only on a Unix socket: no TCP port is opened.
+Data lives under ``<data_dir>/pg`` and survives restarts. The server listens only on a Unix socket:
+no TCP port is opened.
+
+Lifecycle:
+
+- :func:`start_embedded` starts the server, or attaches to the one already running on that data
+  directory. pgserver counts the processes holding a handle in ``pg/.handle_pids.json`` and the
+  last one to let go stops the server; a process that died without letting go (``kill -9``) stays
+  counted for ever, so later clean stops left the server running. Dead processes are therefore
+  dropped from that list before attaching (:func:`prune_dead_handles`).
+- :func:`supervise_embedded` (run by the process that started the server, for as long as it
+  serves) checks the server every ``CHECK_INTERVAL`` seconds and starts it again when it died,
+  with exponential backoff between failed attempts (a full disk, shared memory still held by a dying
+  backend): ``embedded_postgres_died``, then ``embedded_postgres_restarted`` or
+  ``embedded_postgres_restart_failed`` (with the next delay), one line each.
+- :func:`stop_embedded` stops the server when this process holds the last handle (clean stop;
+  pgserver also registers an ``atexit`` hook as a backstop). Cancel the supervision first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from ..errors import ConfigError
 
-__all__ = ["start_embedded", "stop_embedded"]
+__all__ = [
+    "CHECK_INTERVAL",
+    "RESTART_BACKOFF_MAX",
+    "embedded_alive",
+    "prune_dead_handles",
+    "restart_delay",
+    "start_embedded",
+    "stop_embedded",
+    "supervise_embedded",
+]
+
+_log = structlog.get_logger("ucp_gateway.db.embedded")
+
+CHECK_INTERVAL = 0.5  # seconds between liveness checks of the embedded server
+RESTART_BACKOFF_MAX = 30.0  # longest wait between two failed restart attempts, seconds
 
 
 def _check_writable(data_dir: Path) -> None:
@@ -27,6 +60,31 @@ def _check_writable(data_dir: Path) -> None:
         raise ConfigError(f"data dir {data_dir} is not writable: {exc.strerror or exc}") from None
 
 
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def prune_dead_handles(pgdata: Path) -> list[int]:
+    """Drop processes that no longer run from pgserver's handle list of ``pgdata`` (its
+    ``.handle_pids.json``; call it under pgserver's lock). Returns the pids dropped."""
+    path = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(pids, list):
+        return []
+    live = [p for p in pids if isinstance(p, int) and _running(p)]
+    if len(live) != len(pids):
+        path.write_text(json.dumps(live))
+    return [p for p in pids if p not in live]
+
+
 def _start(data_dir: Path) -> Any:
     _check_writable(data_dir)
     # pgserver keeps its lock file in the user runtime dir; give it a private one when none is set
@@ -34,8 +92,13 @@ def _start(data_dir: Path) -> Any:
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, exist_ok=True)
     import pgserver  # heavy import (psutil, platformdirs); only when embedded is used
 
+    pgdata = (data_dir / "pg").resolve()
     try:
-        return pgserver.get_server(str((data_dir / "pg").resolve()), cleanup_mode="stop")
+        with pgserver.PostgresServer._lock:
+            dropped = prune_dead_handles(pgdata)
+        if dropped:
+            _log.info("embedded_postgres_stale_handles", pids=dropped)
+        return pgserver.get_server(str(pgdata), cleanup_mode="stop")
     except Exception as exc:  # pgserver raises CalledProcessError/TimeoutExpired/AssertionError
         log = data_dir / "pg" / "log"
         tail = log.read_text(errors="replace")[-400:] if log.exists() else ""
@@ -55,3 +118,64 @@ async def start_embedded(data_dir: Path) -> tuple[Any, str]:
 async def stop_embedded(server: Any) -> None:
     """Stop the embedded server if this process holds the last handle (pgserver's handle counting)."""
     await asyncio.to_thread(server.cleanup)
+
+
+def embedded_alive(server: Any) -> bool:
+    """True while the handle's postmaster process runs (not a zombie)."""
+    info = getattr(server, "_postmaster_info", None)
+    return info is not None and info.pid is not None and _running(info.pid)
+
+
+def restart_delay(failures: int) -> float:
+    """Seconds before restart attempt ``failures + 1``: 0 for the first, then 1, 2, 4 ... at most
+    :data:`RESTART_BACKOFF_MAX`."""
+    return 0.0 if failures <= 0 else min(RESTART_BACKOFF_MAX, 2.0 ** (failures - 1))
+
+
+class _NotYetGone(Exception):
+    """The killed postmaster is still a process (a zombie not yet reaped): pgserver takes it for a
+    running server, so nothing was started; tried again after the backoff."""
+
+
+def _restart(server: Any) -> None:
+    with server._lock:  # pgserver's inter-process lock: one process (re)starts a data directory at a time
+        server.ensure_postgres_running()
+    if not embedded_alive(server):
+        raise _NotYetGone
+
+
+async def supervise_embedded(server: Any, *, interval: float = CHECK_INTERVAL) -> None:
+    """Keep the embedded server running until cancelled (module doc). A restart in progress when
+    cancelled is waited for, so that a stop right after never races a start."""
+    loop = asyncio.get_running_loop()
+    failures, died_at = 0, 0.0
+    while True:
+        await asyncio.sleep(interval if failures == 0 else restart_delay(failures))
+        if embedded_alive(server):
+            continue
+        if failures == 0:
+            died_at = time.monotonic()
+            _log.error("embedded_postgres_died", pid=server._postmaster_info.pid, pgdata=str(server.pgdata))
+        attempt = loop.run_in_executor(None, _restart, server)
+        try:
+            await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await attempt
+            raise
+        except Exception as exc:  # pgserver: CalledProcessError, TimeoutExpired, AssertionError
+            failures += 1
+            _log.warning(
+                "embedded_postgres_restart_failed",
+                attempt=failures,
+                reason=exc.__class__.__name__,
+                retry_in=restart_delay(failures),
+            )
+            continue
+        _log.info(
+            "embedded_postgres_restarted",
+            pid=server.get_pid(),
+            attempts=failures + 1,
+            down_seconds=round(time.monotonic() - died_at, 3),
+        )
+        failures = 0

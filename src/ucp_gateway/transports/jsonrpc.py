@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..company_settings import CompanyMisconfigured
+from ..db.outage import as_outage
 from ..errors import GatewayError
 from ..jsonbody import InvalidJson, loads_strict
 
@@ -196,6 +197,8 @@ async def _run_one(obj: Any, methods: Mapping[str, Method], on_error: Callable[[
 
 
 def _default_on_error(exc: Exception) -> RpcError:
+    if not isinstance(exc, GatewayError):
+        exc = as_outage(exc) or exc  # the database went away under the call: 503, retry_after
     if isinstance(exc, GatewayError):
         return rpc_error_from_gateway(exc)
     return RpcError(INTERNAL_ERROR, "internal error", {"code": "internal_error"}, http_status=500)

@@ -242,7 +242,9 @@ def _origin_ok(request: web.Request) -> bool:
 def _rpc_response(outcome: jsonrpc.Outcome) -> web.Response:
     if outcome.body is None:
         return web.Response(status=202)
-    return json_response(outcome.body, status=outcome.http_status)
+    # a 503 (database outage) says when to come back, in the header as in error.data.retry_after
+    headers = {"Retry-After": "1"} if outcome.http_status == 503 else None
+    return json_response(outcome.body, status=outcome.http_status, headers=headers)
 
 
 async def mcp_post(request: web.Request) -> web.Response:

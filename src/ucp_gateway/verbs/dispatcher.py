@@ -26,6 +26,7 @@ from ..clock import Clock, SystemClock
 from ..company_settings import daily_caps, setting
 from ..config import Settings
 from ..db import tenant_tx
+from ..db.outage import as_outage
 from ..tenancy import Company, get_company
 from . import audit, store
 from .consent import clean_args
@@ -211,7 +212,10 @@ class Dispatcher:
             log.warning("verb %s: arguments rejected by the database", verb.name)
             err = VerbError("invalid_arguments", "an argument holds a value that cannot be stored (range or encoding)")
             return await self._failed(principal, company, call, verb, decision, err, now, t0, False)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            outage = as_outage(exc)
+            if outage is not None:  # nothing can be audited either: the transport answers 503
+                raise outage from None
             log.exception("verb %s failed in the database", verb.name)
             err = VerbError("execution_failed")  # details stay in the log
             return await self._failed(principal, company, call, verb, decision, err, now, t0, False)
