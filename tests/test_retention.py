@@ -97,6 +97,15 @@ async def _seed(pool, company_id, tag: str) -> None:
                 uuid.uuid4().bytes * 2,
                 expires,
             )
+            await conn.execute(
+                "INSERT INTO checkout_page_tokens (company_id, token_hash, checkout_id, csrf_hash, digest, issued_at,"
+                " expires_at) VALUES ($1, $2, $3, $2, $4, $5::timestamptz - interval '1 hour', $5)",
+                company_id,
+                uuid.uuid4().bytes * 2,
+                f"{tag}-{key}",
+                "0" * 64,
+                expires,
+            )
         # a day's counters count on that UTC day; they go USAGE_KEEP + margin after it ended
         kept_from = (NOW - dt.timedelta(seconds=MARGIN + retention.USAGE_KEEP)).date()
         for key, day in (("expired", kept_from - dt.timedelta(days=1)), ("in-margin", kept_from), ("live", NOW.date())):
@@ -121,6 +130,14 @@ async def _seed(pool, company_id, tag: str) -> None:
         ):
             await _checkout(conn, company_id, f"{tag}-{key}", expires_at=ended)
             await _event(conn, company_id, f"{tag}-{key}", created_at=ended, delivered=True)
+            await conn.execute(
+                "INSERT INTO checkout_confirmations (company_id, checkout_id, digest, total, reason, confirmed_at)"
+                " VALUES ($1, $2, $3, 100, 'amount_limit_exceeded', $4)",
+                company_id,
+                f"{tag}-{key}",
+                "0" * 64,
+                ended,
+            )
         # a spent nonce may be replayed until it expires: used_at + the longest nonce life
         for key, used in (
             ("expired", ago(MARGIN + retention.NONCE_TTL_MAX + 1)),
@@ -146,6 +163,10 @@ async def _keys(pool, company_id) -> dict[str, set[str]]:
             "webhook_outbox": {r[0] for r in await conn.fetch("SELECT order_id FROM webhook_outbox")},
             "verb_daily_usage": {r[0] for r in await conn.fetch("SELECT cap_class FROM verb_daily_usage")},
             "verb_principal_usage": {r[0] for r in await conn.fetch("SELECT principal FROM verb_principal_usage")},
+            "checkout_page_tokens": {r[0] for r in await conn.fetch("SELECT checkout_id FROM checkout_page_tokens")},
+            "checkout_confirmations": {
+                r[0] for r in await conn.fetch("SELECT checkout_id FROM checkout_confirmations")
+            },
             "webmcp_sessions": {
                 "a-live" if r[0] >= NOW else "a-in-margin" if r[0] > ago(MARGIN) else "a-expired"
                 for r in await conn.fetch("SELECT expires_at FROM webmcp_sessions")

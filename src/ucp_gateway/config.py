@@ -166,6 +166,16 @@ class Settings(BaseSettings):
         description="Per-buyer-agent order amount limit (minor units); above it complete answers "
         "requires_escalation. None: no limit.",
     )
+    consent_page_ttl: int = Field(
+        default=600,
+        ge=60,
+        le=3600,
+        description="Seconds a confirmation form of a people's page (the checkout's continue_url, a staff "
+        "approval) stays valid; each form's token is also single use.",
+    )
+    staff_session_ttl: int = Field(
+        default=3600, ge=300, le=86400, description="Seconds a staff browser session (admin pages) lives."
+    )
     simulation_secret: SecretStr | None = Field(
         default=None,
         description="Enables POST /testing/simulate-shipping/{order_id} (Simulation-Secret header).",

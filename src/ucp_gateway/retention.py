@@ -84,12 +84,15 @@ RULES: tuple[Rule, ...] = (
     Rule("verb_nonce_mismatches", "expires_at"),  # the nonce's own expiry (migration 0058)
     Rule("verb_nonces", "used_at", NONCE_TTL_MAX),  # an expired nonce is refused before its row is read
     Rule("webmcp_sessions", "expires_at"),  # a session is refused after expires_at
+    Rule("checkout_page_tokens", "expires_at"),  # a confirmation form's token is refused after expires_at
     # a day's counters count only on that UTC day (verbs.store.reserve_cap, count_principal); a few
     # rows per principal and day, so no index: the batch's scan is short
     Rule("verb_daily_usage", "day", USAGE_KEEP, by_day=True),
     Rule("verb_principal_usage", "day", USAGE_KEEP, by_day=True),
     # an expired checkout reads as canceled until it goes; one that became an order stays with it
     Rule("checkout_sessions", "expires_at", COMMERCE_KEEP, where="order_id IS NULL"),
+    # a buyer's confirmation counts while its checkout is open (at most checkout_ttl)
+    Rule("checkout_confirmations", "confirmed_at", COMMERCE_KEEP),
     # an event still queued may be retried: only a delivered or abandoned one goes
     Rule(
         "webhook_outbox",

@@ -4,40 +4,60 @@
 - ``GET /terms`` and ``GET /privacy``: the checkout's ``links[]`` (``terms_of_service``,
   ``privacy_policy``), with the text in the company's ``settings.commerce.pages`` (``terms``, ``privacy``);
 - ``GET /checkout-sessions/{id}``: the checkout's ``continue_url`` (UCP checkout.md: "an opaque
-  server-side URL such as https://shop/checkout-sessions/{id}"), where a person picks up a session;
+  server-side URL such as https://shop/checkout-sessions/{id}"), where a person picks up a session:
+  what they agree to (items, prices, fulfillment, totals, merchant, terms links) and what needs
+  them (the escalation messages). Where the page resolves an escalation (:mod:`.confirm`), it shows
+  the confirmation form, posted to
+- ``POST /checkout-sessions/{id}/confirm``: spends the form's single-use confirmation token (CSRF
+  token in the form and in the cookie), records the confirmation for the checkout as shown, and
+  recomputes its status; then 303 back to the page. The agent sees the new status on its next call.
 - ``GET /orders/{id}``: the order's ``permalink_url``.
 
 They are pages for people, so the signature layer asks no RFC 9421 signature of them
 (:func:`ucp_gateway.appkeys.human_page`). The session and order ids are unguessable (122 random
 bits), so these pages work as capability URLs, and they show nothing personal: items, quantities,
-prices, totals and status. They leave out buyer, addresses and payment. They are answered with
-``Referrer-Policy: no-referrer`` and ``Cache-Control: no-store``, so the id does not leak through
-Referer headers or shared caches. The renderers are pure (:func:`render_checkout_page`,
-:func:`render_order_page`, ...) and escape every value; the handlers
-only read, inside a tenant transaction (RLS).
+prices, fulfillment option, totals and status. They leave out buyer, addresses and payment. Every
+page answers with the headers of :data:`ucp_gateway.htmlpage.PAGE_HEADERS` (``no-store``,
+``no-referrer``, a CSP without scripts). The views are pure (:func:`checkout_view`, ...), the
+templates escape every value; the handlers run inside a tenant transaction (RLS).
 """
 
 from __future__ import annotations
 
 import functools
-import html
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
 
-from ..appkeys import CLOCK, DATABASE, human_page
+from ..appkeys import CLOCK, DATABASE, SETTINGS, human_page
 from ..company_settings import setting, text
 from ..db import tenant_tx
 from ..errors import GatewayError
+from ..htmlpage import (
+    PAGE_HEADERS,
+    format_money,
+    new_token,
+    page,
+    render,
+    same_origin,
+    set_cookie,
+    setup_assets,
+    tokens_equal,
+)
 from ..tenancy import Company
-from . import repo
+from . import confirm, repo
+from .checkout import rfc3339
 from .context import company_of
 from .orders import render_order
 from .service import _adj_wire, _event_wire  # the API's own wire shapes of order rows
-from .status import TERMINAL
+from .status import TERMINAL, transition
 
 __all__ = [
+    "CSRF_COOKIE",
+    "checkout_view",
     "format_money",
     "render_checkout_page",
     "render_home_page",
@@ -46,138 +66,117 @@ __all__ = [
     "setup_pages",
 ]
 
-# ISO 4217 minor-unit exponents other than 2 (money is integer minor units everywhere else)
-_EXPONENT = {
-    **dict.fromkeys(("BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "VND"), 0),
-    **dict.fromkeys(("VUV", "XAF", "XOF", "XPF"), 0),
-    **dict.fromkeys(("BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"), 3),
-}
+CSRF_COOKIE = "ucpgw_csrf"
+_COOKIE_PATH = "/checkout-sessions/"
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")
 _POLICIES = {"terms": "Terms of service", "privacy": "Privacy policy"}
+_LINK_TITLES = {"terms_of_service": "Terms of service", "privacy_policy": "Privacy policy"}
 _STATUS_TEXT = {
     "incomplete": "Your agent is still putting this checkout together. Go back to it to finish.",
-    "requires_escalation": "This checkout needs your input. Go back to your agent to continue.",
+    "requires_escalation": "This checkout needs your input before it can be completed.",
     "ready_for_complete": "This checkout is ready to pay. Go back to your agent to confirm it.",
     "complete_in_progress": "Payment for this checkout is being processed.",
     "completed": "This checkout is complete.",
     "canceled": "This checkout was canceled.",
 }
-_CSS = (
-    "body{font-family:system-ui,sans-serif;max-width:42rem;margin:2rem auto;padding:0 1rem;color:#222}"
-    "table{border-collapse:collapse;width:100%}td,th{padding:.3rem .4rem;border-bottom:1px solid #ddd;"
-    "text-align:left}td.n,th.n{text-align:right}footer{margin-top:2rem;font-size:.85rem;color:#666}"
-)
-_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src https:; frame-ancestors 'none'",
-    "Referrer-Policy": "no-referrer",
-    "X-Content-Type-Options": "nosniff",
-}
 
 
-def format_money(amount: int, currency: str) -> str:
-    """``amount`` (integer minor units) as text, e.g. ``(1850, "USD") -> "USD 18.50"``,
-    ``(-150, "USD") -> "-USD 1.50"``, ``(500, "JPY") -> "JPY 500"`` (ISO 4217 exponents)."""
-    exp = _EXPONENT.get(currency.upper(), 2)
-    sign, value = ("-" if amount < 0 else ""), abs(int(amount))
-    if exp == 0:
-        return f"{sign}{currency} {value}"
-    return f"{sign}{currency} {value // 10**exp}.{value % 10**exp:0{exp}d}"
+def render_home_page(shop: str, products: Iterable[Mapping[str, Any]]) -> str:
+    """The home page: ``products`` are ``{id, title, price (minor units), currency}`` mappings."""
+    return render("shop_home.html", site=shop, title=shop, products=list(products))
 
 
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _page(shop: str, title: str, body: str) -> str:
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f'<meta name="robots" content="noindex"><title>{_e(title)} | {_e(shop)}</title>'
-        f'<style>{_CSS}</style></head><body><header><a href="/">{_e(shop)}</a></header>'
-        f"<main><h1>{_e(title)}</h1>{body}</main>"
-        '<footer><a href="/terms">Terms of service</a> · <a href="/privacy">Privacy policy</a></footer>'
-        "</body></html>"
-    )
-
-
-def _totals(totals: Iterable[Mapping[str, Any]], currency: str) -> str:
-    rows = "".join(
-        f"<tr><th>{_e(t.get('display_text') or t['type'].replace('_', ' ').capitalize())}</th>"
-        f'<td class="n">{_e(format_money(t["amount"], currency))}</td></tr>'
-        for t in totals
-    )
-    return f"<table>{rows}</table>"
+def render_policy_page(shop: str, kind: str, text: str | None) -> str:
+    """A policy page (``kind`` ``terms`` or ``privacy``); ``text`` is plain text, paragraphs split
+    on blank lines; None says that the shop has not published one."""
+    paras = [p.strip() for p in (text or "").split("\n\n") if p.strip()]
+    return render("shop_policy.html", site=shop, title=_POLICIES[kind], paragraphs=paras)
 
 
 def _line_total(li: Mapping[str, Any]) -> int:
     return next((t["amount"] for t in li.get("totals") or [] if t["type"] == "total"), 0)
 
 
-def render_home_page(shop: str, products: Iterable[Mapping[str, Any]]) -> str:
-    """The home page: ``products`` are ``{id, title, price (minor units), currency}`` mappings."""
-    rows = "".join(
-        f'<tr><td>{_e(p["title"])}</td><td class="n">{_e(format_money(p["price"], p["currency"]))}</td></tr>'
-        for p in products
-    )
-    head = '<tr><th>Product</th><th class="n">Price</th></tr>'
-    body = f"<table>{head}{rows}</table>" if rows else "<p>No products.</p>"
-    return _page(shop, shop, "<p>Shop with your AI agent: it finds this shop at /.well-known/ucp.</p>" + body)
+def _fulfillment(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The selected option of each fulfillment method: ``{method, option, amount}`` (no destination)."""
+    out = []
+    for m in (body.get("fulfillment") or {}).get("methods") or []:
+        for g in m.get("groups") or []:
+            chosen = next((o for o in g.get("options") or [] if o.get("id") == g.get("selected_option_id")), None)
+            if chosen is not None:
+                amount = next((t["amount"] for t in chosen.get("totals") or [] if t["type"] == "total"), None)
+                out.append(
+                    {
+                        "method": str(m.get("type") or ""),
+                        "option": chosen.get("title") or chosen["id"],
+                        "amount": amount,
+                    }
+                )
+    return out
 
 
-def render_policy_page(shop: str, kind: str, text: str | None) -> str:
-    """A policy page (``kind`` ``terms`` or ``privacy``); ``text`` is plain text, paragraphs split
-    on blank lines; None says that the shop has not published one."""
-    title = _POLICIES[kind]
-    if not text:
-        return _page(shop, title, f"<p>{_e(shop)} has not published its {_e(title.lower())} here yet.</p>")
-    paras = "".join(f"<p>{_e(p.strip())}</p>" for p in text.split("\n\n") if p.strip())
-    return _page(shop, title, paras)
-
-
-def render_checkout_page(shop: str, checkout: Mapping[str, Any], *, status: str) -> str:
-    """The ``continue_url`` page of a checkout body (UCP checkout.json as answered): items,
-    quantities, totals and what happens next. ``status`` overrides the stored one (an expired
-    session shows as canceled). Buyer, destinations and payment are not shown."""
-    cur = checkout.get("currency", "USD")
-    items = "".join(
-        f'<tr><td>{_e(li["item"].get("title") or li["item"]["id"])}</td><td class="n">{_e(li["quantity"])}</td>'
-        f'<td class="n">{_e(format_money(_line_total(li), cur))}</td></tr>'
-        for li in checkout.get("line_items") or []
-    )
-    body = f"<p>{_e(_STATUS_TEXT.get(status, status))}</p>"
+def checkout_view(shop: str, host: str, checkout: Mapping[str, Any], *, status: str) -> dict[str, Any]:
+    """The template context of the ``continue_url`` page of a checkout body (UCP checkout.json as
+    answered). ``status`` overrides the stored one (an expired session shows as canceled). Buyer,
+    destinations and payment are not part of it. ``escalations`` are listed while the checkout is
+    ``requires_escalation``, each with the page's ``action`` for it (None: the agent's part)."""
     order = checkout.get("order") or {}
-    if status == "completed" and order.get("id"):
-        body += f'<p>Order <a href="/orders/{_e(order["id"])}">{_e(order.get("label") or order["id"])}</a>.</p>'
-    if status not in TERMINAL and checkout.get("expires_at"):
-        body += f"<p>Open until {_e(checkout['expires_at'])}.</p>"
-    body += f'<table><tr><th>Item</th><th class="n">Quantity</th><th class="n">Amount</th></tr>{items}</table>'
-    body += _totals(checkout.get("totals") or [], cur)
-    return _page(shop, "Your checkout", body)
+    open_ = status not in TERMINAL
+    return {
+        "site": shop,
+        "title": "Your checkout",
+        "checkout_status": status,
+        "status_text": _STATUS_TEXT.get(status, status),
+        "order_url": f"/orders/{order['id']}" if status == "completed" and order.get("id") else None,
+        "order_label": order.get("label") or order.get("id"),
+        "expires_at": checkout.get("expires_at") if open_ else None,
+        "escalations": confirm.escalations(checkout) if status == "requires_escalation" else [],
+        "merchant": shop,
+        "merchant_host": host,
+        "currency": checkout.get("currency", "USD"),
+        "items": [
+            {
+                "title": li["item"].get("title") or li["item"]["id"],
+                "quantity": li["quantity"],
+                "price": li["item"].get("price", 0),
+                "total": _line_total(li),
+            }
+            for li in checkout.get("line_items") or []
+        ],
+        "fulfillment": _fulfillment(checkout),
+        "totals": checkout.get("totals") or [],
+        "links": [
+            {"url": lk["url"], "title": _LINK_TITLES.get(lk.get("type", ""), lk.get("title") or lk.get("type"))}
+            for lk in checkout.get("links") or []
+        ],
+        "problem": None,
+        "confirmed_now": False,
+        "form": None,
+    }
+
+
+def render_checkout_page(shop: str, checkout: Mapping[str, Any], *, status: str, host: str = "") -> str:
+    """The ``continue_url`` page without a form (see :func:`checkout_view`)."""
+    return render("checkout.html", **checkout_view(shop, host, checkout, status=status))
 
 
 def render_order_page(shop: str, order: Mapping[str, Any]) -> str:
     """The ``permalink_url`` page of an order body (UCP order.json, as :func:`render_order` gives
     it): line items with their status, fulfilment events, totals. Destinations are not shown."""
-    cur = order.get("currency", "USD")
-    items = "".join(
-        f"<tr><td>{_e(li['item'].get('title') or li['item']['id'])}</td>"
-        f'<td class="n">{_e(li["quantity"]["total"])}</td><td>{_e(li.get("status", ""))}</td></tr>'
-        for li in order.get("line_items") or []
-    )
-    evs = (order.get("fulfillment") or {}).get("events") or []
-    events = "".join(f"<li>{_e(ev['type'])} at {_e(ev['occurred_at'])}</li>" for ev in evs)
-    body = f'<table><tr><th>Item</th><th class="n">Quantity</th><th>Status</th></tr>{items}</table>'
-    body += f"<h2>Fulfillment</h2><ul>{events}</ul>" if events else "<p>Not shipped yet.</p>"
-    body += _totals(order.get("totals") or [], cur)
-    return _page(shop, f"Order {order.get('label') or order['id']}", body)
+    return render("shop_order.html", site=shop, title=f"Order {order.get('label') or order['id']}", order=order)
 
 
-def _html(text: str, *, status: int = 200, cache: str = "no-store") -> web.Response:
-    headers = {**_HEADERS, "Cache-Control": cache}
-    return web.Response(status=status, text=text, content_type="text/html", charset="utf-8", headers=headers)
+def _html(html: str) -> web.Response:
+    return web.Response(text=html, content_type="text/html", charset="utf-8", headers=dict(PAGE_HEADERS))
+
+
+def _message(shop: str, title: str, *lines: str, status: int, back: str | None = None) -> web.Response:
+    extra = {"back_url": back, "back_text": "Back to the checkout"} if back else {}
+    return page("message.html", status=status, site=shop, title=title, lines=list(lines), **extra)
 
 
 def _not_found(shop: str, what: str) -> web.Response:
-    return _html(_page(shop, "Not found", f"<p>This {_e(what)} does not exist.</p>"), status=404)
+    return _message(shop, "Not found", f"This {what} does not exist.", status=404)
 
 
 ShopPage = Callable[[web.Request, Company], Awaitable[web.Response]]
@@ -193,7 +192,7 @@ def _shop_page(fn: ShopPage) -> Callable[[web.Request], Awaitable[web.Response]]
         try:
             company = await company_of(request)
         except GatewayError:
-            return _html(_page("UCP gateway", "Not found", "<p>No shop is served on this host.</p>"), status=404)
+            return _message("UCP gateway", "Not found", "No shop is served on this host.", status=404)
         return await fn(request, company)
 
     return handler
@@ -208,7 +207,7 @@ async def home(request: web.Request, company: Company) -> web.Response:
     async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
         products = await conn.fetch("SELECT id, title, price, currency FROM products ORDER BY title, id LIMIT 500")
     rows = [{**dict(p), "currency": p["currency"].strip()} for p in products]
-    return _html(render_home_page(_name(company), rows), cache="public, max-age=60")
+    return _html(render_home_page(_name(company), rows))
 
 
 def _policy(kind: str):
@@ -219,21 +218,104 @@ def _policy(kind: str):
         # cosmetic: a page text of the wrong type (or a commerce or pages section that is no object)
         # is read as absent, and the page shows its default text
         body = setting(company, path, text, default=None, on_bad=None)
-        return _html(render_policy_page(_name(company), kind, body), cache="public, max-age=300")
+        return _html(render_policy_page(_name(company), kind, body))
 
     return handler
 
 
+def _csrf_of(request: web.Request) -> str | None:
+    value = request.cookies.get(CSRF_COOKIE)
+    return value if value and _TOKEN.match(value) else None
+
+
 @_shop_page
 async def checkout_page(request: web.Request, company: Company) -> web.Response:
+    cid = request.match_info["id"]
+    now = request.app[CLOCK].now()
+    csrf = _csrf_of(request) or new_token()
     async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
-        row = await repo.get_checkout(conn, request.match_info["id"])
-    if row is None:
-        return _not_found(_name(company), "checkout")
-    status = row["status"]
-    if status not in TERMINAL and row["expires_at"] <= request.app[CLOCK].now():
-        status = "canceled"  # expired: the API cancels it on its next read; a page view writes nothing
-    return _html(render_checkout_page(_name(company), row["body"], status=status))
+        row = await repo.get_checkout(conn, cid)
+        if row is None:
+            return _not_found(_name(company), "checkout")
+        status = row["status"]
+        if status not in TERMINAL and row["expires_at"] <= now:
+            status = "canceled"  # expired: the API cancels it on its next read; a page view writes nothing
+        body = row["body"]
+        view = checkout_view(_name(company), request.host, body, status=status)
+        digest = confirm.body_digest(body)
+        if any(m["action"] == "confirm" for m in view["escalations"]) and request.method == "GET":
+            ttl = request.app[SETTINGS].consent_page_ttl
+            token = await confirm.issue_page_token(conn, company.id, cid, digest, csrf, now=now, ttl=ttl)
+            view["title"] = "Confirm your order"
+            view["form"] = {
+                "action": f"/checkout-sessions/{cid}/confirm",
+                "token": token,
+                "csrf": csrf,
+                "total": next((t["amount"] for t in body.get("totals") or [] if t["type"] == "total"), 0),
+                "expires_at": rfc3339(now + timedelta(seconds=ttl)),
+            }
+        elif request.query.get("confirmed") == "1":
+            view["confirmed_now"] = await confirm.has_confirmation(conn, cid, digest)
+    resp = page("checkout.html", **view)
+    if view["form"] is not None:
+        set_cookie(resp, CSRF_COOKIE, csrf, path=_COOKIE_PATH, max_age=request.app[SETTINGS].consent_page_ttl)
+    return resp
+
+
+_REFUSED = {
+    "invalid": "This confirmation is not valid for this checkout.",
+    "used": "This confirmation was already used.",
+    "expired": "This confirmation has expired.",
+}
+
+
+@_shop_page
+async def confirm_checkout(request: web.Request, company: Company) -> web.Response:
+    """``POST /checkout-sessions/{id}/confirm`` (form: ``confirmation_token``, ``csrf_token``,
+    ``agree=yes``): 303 to the page once confirmed; 403 cross-site or without the CSRF token,
+    400 without the agreement, 409 for a spent, expired or foreign token or a changed checkout."""
+    shop, cid = _name(company), request.match_info["id"]
+    back = f"/checkout-sessions/{cid}"
+    if not same_origin(request):
+        return _message(shop, "Not confirmed", "This form was sent from another site.", status=403, back=back)
+    form = await request.post()
+    csrf, token = form.get("csrf_token"), form.get("confirmation_token")
+    if not isinstance(csrf, str) or not isinstance(token, str) or not tokens_equal(csrf, _csrf_of(request)):
+        return _message(
+            shop, "Not confirmed", "The form's security check failed. Open the checkout again.", status=403, back=back
+        )
+    if form.get("agree") != "yes":
+        return _message(shop, "Not confirmed", "Tick the box to agree, then confirm.", status=400, back=back)
+    now = request.app[CLOCK].now()
+    async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
+        digest, why = await confirm.spend_page_token(conn, cid, token, csrf, now=now)
+        if digest is None:
+            return _message(shop, "Not confirmed", _REFUSED[why], "Open the checkout again.", status=409, back=back)
+        row = await repo.get_checkout(conn, cid, for_update=True)
+        if row is None:
+            return _not_found(shop, "checkout")
+        if row["status"] in TERMINAL or row["expires_at"] <= now:
+            return _message(shop, "Not confirmed", "This checkout is no longer open.", status=409, back=back)
+        body = row["body"]
+        if confirm.body_digest(body) != digest:
+            return _message(
+                shop,
+                "Not confirmed",
+                "The checkout changed since you opened it: review it again.",
+                status=409,
+                back=back,
+            )
+        codes = frozenset(m["code"] for m in confirm.escalations(body) if m["action"] == "confirm")
+        if row["status"] != "requires_escalation" or not codes:
+            return _message(
+                shop, "Nothing to confirm", "This checkout needs no confirmation now.", status=409, back=back
+            )
+        new_body, derived = confirm.resolved_body(body, codes)
+        new_body["status"] = transition(row["status"], f"recompute:{derived}")
+        total = next((t["amount"] for t in body.get("totals") or [] if t["type"] == "total"), 0)
+        await confirm.record_confirmation(conn, company.id, cid, digest, total, ",".join(sorted(codes)), now=now)
+        await repo.update_checkout(conn, cid, status=new_body["status"], state=row["state"], body=new_body, now=now)
+    raise web.HTTPSeeOther(f"{back}?confirmed=1", headers=dict(PAGE_HEADERS))
 
 
 @_shop_page
@@ -243,13 +325,15 @@ async def order_page(request: web.Request, company: Company) -> web.Response:
     if order is None:
         return _not_found(_name(company), "order")
     body = render_order(order["snapshot"], [_event_wire(e) for e in events], [_adj_wire(a) for a in adjs], {})
-    return _html(render_order_page(_name(company), body))
+    return page("shop_order.html", site=_name(company), title=f"Order {body.get('label') or body['id']}", order=body)
 
 
 def setup_pages(app: web.Application) -> None:
-    """Add the pages' GET (and HEAD) routes at the server root."""
+    """Add the pages' routes at the server root (GET also answers HEAD) and the stylesheet."""
+    setup_assets(app)
     app.router.add_get("/", home)
     app.router.add_get("/terms", _policy("terms"))
     app.router.add_get("/privacy", _policy("privacy"))
     app.router.add_get("/checkout-sessions/{id}", checkout_page)
+    app.router.add_post("/checkout-sessions/{id}/confirm", confirm_checkout)
     app.router.add_get("/orders/{id}", order_page)

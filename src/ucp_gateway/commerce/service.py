@@ -21,6 +21,7 @@ import asyncpg
 from . import repo
 from .catalog import PickupLocation
 from .checkout import ShopInfo, price_checkout, render_checkout, rfc3339
+from .confirm import checkout_digest, has_confirmation
 from .messages import error, error_envelope
 from .orders import order_snapshot, render_order, shipped_event
 from .payments import demo_charge
@@ -258,7 +259,11 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
                 path="$.payment.instruments[0].handler_id",
             )
         )
-    if ctx.max_order_amount is not None and priced.total > ctx.max_order_amount:
+    if (
+        ctx.max_order_amount is not None
+        and priced.total > ctx.max_order_amount
+        and not await has_confirmation(conn, cid, checkout_digest(priced.line_items, priced.totals, ctx.currency))
+    ):  # the buyer confirms an amount above the agent's limit on the continue_url page
         extra.append(
             error(
                 "amount_limit_exceeded",
