@@ -22,6 +22,8 @@ __all__ = [
     "SETTINGS",
     "human_page",
     "is_human_page",
+    "is_open_door",
+    "open_door",
 ]
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -50,3 +52,21 @@ def human_page(handler):
 def is_human_page(handler) -> bool:
     """True for a handler marked with :func:`human_page`."""
     return getattr(handler, _HUMAN_PAGE, False) is True
+
+
+_OPEN_DOOR = "ucpgw_open_door"
+
+
+def open_door(handler):
+    """Mark a route handler that authorises each call itself (the UCP MCP endpoint: its discovery
+    methods need no credentials, its tool calls apply the access levels): the signature layer lets an
+    unsigned request through to it as an anonymous caller, whatever the company's signature policy,
+    and still verifies a signature that is present (a wrong one is refused, never downgraded).
+    Returns: ``handler``."""
+    setattr(handler, _OPEN_DOOR, True)
+    return handler
+
+
+def is_open_door(handler) -> bool:
+    """True for a handler marked with :func:`open_door`."""
+    return getattr(handler, _OPEN_DOOR, False) is True

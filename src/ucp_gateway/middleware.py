@@ -63,6 +63,7 @@ __all__ = [
     "Foundation",
     "PathWrapper",
     "PublicPath",
+    "challenge",
     "foundation_middleware",
     "front_handler",
     "json_error",
@@ -196,6 +197,18 @@ _REQUEST_ID = istr("Request-Id")
 _SERVER = hdrs.SERVER
 _EXPECT = hdrs.EXPECT
 _HOST = hdrs.HOST
+_WWW_AUTHENTICATE = hdrs.WWW_AUTHENTICATE
+
+
+def challenge(request: web.BaseRequest) -> str:
+    """The ``WWW-Authenticate`` of a 401 that set none (RFC 9110 §11.6.1 requires one): UCP's
+    ``Bearer realm="ucp"`` (overview "Error Handling"), with ``error="invalid_token"`` (RFC 6750
+    §3.1) when the request carried a bearer token. Added here, the one place every 401 leaves by;
+    a route with a more specific challenge (the token endpoint's ``Basic``) sets its own."""
+    auth = request.headers.get(hdrs.AUTHORIZATION, "")
+    if auth[:7].lower() == "bearer ":
+        return 'Bearer realm="ucp", error="invalid_token"'
+    return 'Bearer realm="ucp"'
 
 
 def _authority(target: str) -> str:
@@ -325,6 +338,8 @@ def foundation_middleware(state: Foundation) -> Middleware:
                 response = _map_error(request, exc)
             status = response.status
             headers = response.headers
+            if status == 401 and _WWW_AUTHENTICATE not in headers:
+                headers[_WWW_AUTHENTICATE] = challenge(request)
             headers[_REQUEST_ID] = rid
             headers[_SERVER] = SERVER
             return response

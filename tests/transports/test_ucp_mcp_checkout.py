@@ -290,6 +290,7 @@ async def test_every_mcp_complete_response_is_signed(signed_shop, database):
         "no key": ({"meta": _meta(agent), "id": "chk_x"}, 400, -32602),
         "bad key": ({"meta": _meta(agent, "k" * 129), "id": "chk_x"}, 400, -32602),
         "no id": ({"meta": _meta(agent, str(uuid.uuid4()))}, 400, -32602),
+        "no checkout": ({"meta": _meta(agent, str(uuid.uuid4())), "id": "chk_x"}, 400, -32602),  # required
         "arguments not an object": ([], 200, -32602),
         "another agent's profile": ({"meta": other, "id": "chk_x"}, 403, -32000),
     }
@@ -308,7 +309,8 @@ async def test_every_mcp_complete_response_is_signed(signed_shop, database):
             "method": "tools/call",
             "params": {
                 "name": "complete_checkout",
-                "arguments": {"meta": _meta(agent, str(uuid.uuid4())), "id": "chk_nope"},
+                "arguments": {"meta": _meta(agent, str(uuid.uuid4())), "id": "chk_nope", "checkout": {"payment": {
+                    "instruments": [{"id": "i1", "handler_id": "mock_payment_handler", "type": "card"}]}}},
             },
         }
         resp = await http.post(base + "/ucp/mcp", json=call)

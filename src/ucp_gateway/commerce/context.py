@@ -46,6 +46,7 @@ __all__ = [
     "caller_profile_url",
     "company_of",
     "negotiate",
+    "negotiated_capabilities",
     "payment_handlers",
     "request_limit_key",
     "webhooks_for",
@@ -242,6 +243,39 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
         agent = agent or parse_ucp_agent(header, http_hosts=hosts)
         return Negotiation(agent.profile, None, None, None)
     return _negotiation(rn.agent.profile, rn.negotiated, rn.profile, operation, hosts)
+
+
+async def negotiated_capabilities(
+    request: web.Request, company: Company, *, agent: Any = None
+) -> frozenset[str] | None:
+    """The capability names the caller's agent profile (``UCP-Agent``, or ``agent`` from MCP meta)
+    negotiates with the business, whatever the operation (UCP overview "Negotiation"); empty when
+    they share none. None when the discovery package is not set up. Raises the discovery errors of
+    :func:`negotiate` other than ``capabilities_incompatible`` (a bad URL, an unreachable or malformed
+    profile, an unsupported version)."""
+    discovery = _discovery()
+    if discovery is None or discovery[4] not in request.app:
+        return None
+    _, _, negotiate_request, req_agent_role, profile_fetcher = discovery
+    from ..discovery.errors import CapabilitiesIncompatible
+
+    app = request.app
+    settings: Settings = app[SETTINGS]
+    origin = _origin(settings.public_scheme, request.host, settings.public_port)
+    try:
+        rn = await negotiate_request(
+            header=request.headers.get("UCP-Agent"),
+            fetcher=app[profile_fetcher],
+            pool=app[DATABASE].pool,
+            company=company,
+            business_profile=await _business_profile(app, company, origin),
+            http_hosts=_http_hosts(settings.dev_mode, tuple(settings.dev_profile_hosts)),
+            agent=agent,
+            role=request.get(req_agent_role) if agent is None else None,
+        )
+    except CapabilitiesIncompatible:
+        return frozenset()
+    return frozenset(rn.negotiated.capabilities)
 
 
 # The Negotiation derived from one (negotiated, platform profile) pair is the same every time:

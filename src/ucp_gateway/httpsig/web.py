@@ -28,7 +28,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS, is_human_page
+from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS, is_human_page, is_open_door
 from ..clock import SystemClock
 from ..company_settings import boolean, setting
 from ..config import Settings
@@ -293,7 +293,7 @@ async def signature_middleware(
         # Company staff authenticate with an admin API token on the staff routes; the route's
         # handler verifies it (401 otherwise), so no signature is asked of them.
         return await handler(request)
-    if mode == "off" or (mode == "optional" and not signed):
+    if mode == "off" or (not signed and (mode == "optional" or is_open_door(request.match_info.handler))):
         request[REQ_PRINCIPAL] = AgentPrincipal(company.id, None, None, "read_only", False)
     else:
         resolver = app.get(KEY_RESOLVER) or app[_DEFAULT_RESOLVER]

@@ -5,18 +5,24 @@ transport: the client POSTs one JSON-RPC message (a batch only under 2025-03-26)
 ``application/json`` back; notifications get 202. This server is stateless: it issues no
 ``Mcp-Session-Id``, and answers GET (no server-initiated stream) and DELETE with 405.
 
-Methods: ``initialize``, ``ping``, ``tools/list``, ``tools/call`` (+ ``notifications/*``).
-Tools are the UCP operations registered in ``app[MCP_TOOLS]`` (checkout etc., provided by the
-commerce package) and the verbs whose ``surfaces`` include ``ucp`` (all of them, as on every door;
-whether this caller may run one is decided at dispatch: ``role_denied`` for a buyer on a staff
-verb), except the verbs of the UCP binding (``VerbPolicy.binding``: checkout.*, orders.get), which
-no caller can run as a generic tool: their tools are the UCP ones. Every verb call goes through the
-one dispatcher (same envelope and receipt as REST).
+Methods: ``server/discover``, ``initialize``, ``ping``, ``tools/list``, ``tools/call`` (+
+``notifications/*``). The first four need no credentials, whatever the company's signature policy
+(the route is an :func:`~ucp_gateway.appkeys.open_door`: a signature that is present is still
+verified, and a wrong one refused). Tools are the UCP operations registered in ``app[MCP_TOOLS]``
+(checkout etc., provided by the commerce package) and the verbs whose ``surfaces`` include ``ucp``,
+except the verbs of the UCP binding (``VerbPolicy.binding``: checkout.*, orders.get), which no caller
+can run as a generic tool: their tools are the UCP ones. ``tools/list`` shows the UCP tools of the
+capabilities the declared agent profile negotiates (``UCP-Agent`` header or
+``params._meta["ucp-agent"].profile``; all without one) and the verb tools the caller's kind may run
+(:mod:`.mcp_listing`). Every verb call goes through the one dispatcher (same envelope and receipt as
+REST).
 
 Callers: a staff bearer token (``Authorization``) is a staff principal; otherwise the caller is a
 buyer agent, identified by the RFC 9421 signature the httpsig middleware verified on this HTTP
 request (``request[REQ_PRINCIPAL]``) or, when the company's signature policy lets unsigned
-requests through, by ``meta["ucp-agent"].profile`` (required on every tool call; UCP N1).
+requests through, by ``meta["ucp-agent"].profile`` (required on every tool call; UCP N1: HTTP 400,
+``-32602``). Under a policy that asks every call for a signature, an unsigned ``tools/call`` is
+401 ``signature_missing``.
 
 Errors: protocol errors become JSON-RPC ``error`` with the HTTP status as primary signal
 (:func:`.jsonrpc.rpc_error_from_gateway`); errors raised before the handler (signatures, tenancy,
@@ -34,10 +40,11 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from .. import __version__
-from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
+from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS, open_door
 from ..commerce.context import UNVERIFIED
 from ..errors import BadRequest, GatewayError, NotFound
-from ..httpsig.web import mark_for_signing
+from ..httpsig.errors import SignatureMissing
+from ..httpsig.web import effective_mode, mark_for_signing
 from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import json_response, json_type_problem
 from ..verbs.decide import Call
@@ -46,6 +53,7 @@ from ..verbs.policy import Principal, is_blocked_name
 from ..verbs.web import VERBS
 from . import jsonrpc
 from .jsonrpc import INVALID_PARAMS, Request, RpcError
+from .mcp_listing import discover_result, filter_ucp_tools
 from .mcp_tools import call_result, split_control, verb_tools
 from .names import from_tool_name
 
@@ -67,10 +75,19 @@ MCP_PATH = "/ucp/mcp"
 # handshake revisions we speak, oldest first; the last is offered when the client asks for another
 PROTOCOL_VERSIONS: tuple[str, ...] = ("2025-03-26", "2025-06-18", "2025-11-25")
 SURFACE = "ucp"
+UNSUPPORTED_PROTOCOL_VERSION = -32022  # MCP 2026-07-28: data {supported, requested}, HTTP 400
+_INSTRUCTIONS = (
+    "UCP MCP binding of this business: shopping tools and agent verbs. "
+    'Pass meta["ucp-agent"].profile in every tool call.'
+)
 
 
 class InvalidProfileUrl(BadRequest):
     code = "invalid_profile_url"
+
+
+class MissingProfile(InvalidProfileUrl):
+    """No ``meta["ucp-agent"].profile`` on a tool call: invalid params (HTTP 400, ``-32602``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +113,7 @@ class McpTool:
     definition: dict[str, Any]
     call: Callable[[McpCall], Awaitable[Mapping[str, Any]]]
     signed: bool = False
+    capability: str | None = None  # the UCP capability that lists it (None: mcp_listing's table)
 
 
 MCP_TOOLS = web.AppKey("ucpgw.mcp_tools", dict)  # name -> McpTool
@@ -106,8 +124,10 @@ def profile_from_meta(arguments: Mapping[str, Any], *, allow_http: bool) -> str:
     meta = arguments.get("meta")
     agent = meta.get("ucp-agent") if isinstance(meta, Mapping) else None
     profile = agent.get("profile") if isinstance(agent, Mapping) else None
+    if profile is None:
+        raise MissingProfile('meta["ucp-agent"].profile is required')
     if not isinstance(profile, str) or len(profile) > 2048:
-        raise InvalidProfileUrl('meta["ucp-agent"].profile is required')
+        raise InvalidProfileUrl('meta["ucp-agent"].profile must be an https URL')
     parts = urlsplit(profile)
     if parts.scheme not in (("https", "http") if allow_http else ("https",)) or not parts.hostname:
         raise InvalidProfileUrl('meta["ucp-agent"].profile must be an https URL')
@@ -154,6 +174,7 @@ class _Handlers:
 
     def methods(self) -> dict[str, jsonrpc.Method]:
         return {
+            "server/discover": self.discover,
             "initialize": self.initialize,
             "ping": self.ping,
             "tools/list": self.tools_list,
@@ -168,22 +189,59 @@ class _Handlers:
             "protocolVersion": _negotiate(params.get("protocolVersion")),
             "capabilities": {"tools": {"listChanged": False}},
             "serverInfo": {"name": "ucp-gateway", "version": __version__},
-            "instructions": "UCP MCP binding of this business: checkout tools and agent verbs. "
-            'Pass meta["ucp-agent"].profile in every tool call.',
+            "instructions": _INSTRUCTIONS,
         }
+
+    async def discover(self, req: Request) -> dict[str, Any]:
+        return discover_result(supported=PROTOCOL_VERSIONS, server_version=__version__, instructions=_INSTRUCTIONS,
+                               capabilities={"tools": {"listChanged": False}})  # fmt: skip
 
     async def ping(self, req: Request) -> dict[str, Any]:
         return {}
 
     async def tools_list(self, req: Request) -> dict[str, Any]:
-        # every verb of the ucp surface, as on every other door (parity); calls are authorised at
-        # dispatch. A verb of the UCP binding (checkout.create ...) is no verb tool here: the generic
-        # door refuses it (VerbPolicy.reachable); its tool is the binding's own (create_checkout ...)
-        verbs = listed(self.rt.registry, surface=SURFACE, tools=True)
-        tools = [t.definition for t in self.tools.values()] + verb_tools(published(verbs))
-        return {"tools": tools}
+        # the verbs of the ucp surface this caller's kind may run (a buyer never sees staff verbs);
+        # calls are still authorised at dispatch. A verb of the UCP binding (checkout.create ...) is no
+        # verb tool here: the generic door refuses it (VerbPolicy.reachable); its tool is the binding's
+        # own (create_checkout ...), listed when its capability is negotiated (mcp_listing)
+        kind = self.principal.kind if self.principal is not None else "buyer"
+        verbs = listed(self.rt.registry, surface=SURFACE, tools=True, principal_kind=kind)
+        negotiated = await self._negotiated(req)
+        ucp = filter_ucp_tools(((n, t.capability, t.definition) for n, t in self.tools.items()), negotiated)
+        return {"tools": ucp + verb_tools(published(verbs))}
+
+    async def _negotiated(self, req: Request) -> frozenset[str] | None:
+        """The capabilities the declared agent profile negotiates (None: no profile declared). The
+        profile comes from ``UCP-Agent`` or ``params._meta["ucp-agent"]`` (``params.meta`` too)."""
+        params = req.params if isinstance(req.params, Mapping) else {}
+        meta = next((m for m in (params.get("_meta"), params.get("meta")) if isinstance(m, Mapping)
+                     and isinstance(m.get("ucp-agent"), Mapping)), None)  # fmt: skip
+        header = self.request.headers.get("UCP-Agent")
+        if meta is None and header is None:
+            return None
+        from ..commerce.context import negotiated_capabilities  # the commerce package's negotiation
+
+        agent = None
+        if meta is not None:
+            from ..discovery.agent_header import agent_from_meta
+
+            s = self.settings
+            hosts = frozenset(h.lower() for h in s.dev_profile_hosts) if s.dev_mode else frozenset()
+            agent = agent_from_meta(meta, http_hosts=hosts)
+        return await negotiated_capabilities(self.request, self.company, agent=agent)
 
     def _caller(self, arguments: Mapping[str, Any]) -> Principal:
+        try:
+            return self._caller_of(arguments)
+        except MissingProfile as exc:  # a required argument is missing: invalid params, not discovery
+            raise RpcError(INVALID_PARAMS, exc.message, {"code": exc.code, "content": exc.message},
+                           http_status=400) from None  # fmt: skip
+
+    def _caller_of(self, arguments: Mapping[str, Any]) -> Principal:
+        mode = effective_mode(self.company.signature_policy, self.settings.dev_mode)
+        if self.principal is None and mode == "required":
+            # the policy asks every call for a proof; only the discovery methods are open
+            raise SignatureMissing("tools/call needs a signed request (or a platform credential)")
         if self.principal is not None:
             if self.principal.kind == "buyer":
                 profile = profile_from_meta(arguments, allow_http=self.settings.dev_mode)
@@ -247,16 +305,18 @@ def _rpc_response(outcome: jsonrpc.Outcome) -> web.Response:
     return json_response(outcome.body, status=outcome.http_status, headers=headers)
 
 
+@open_door
 async def mcp_post(request: web.Request) -> web.Response:
-    """POST /ucp/mcp: one JSON-RPC message (or a 2025-03-26 batch)."""
+    """POST /ucp/mcp: one JSON-RPC message (or a 2025-03-26 batch). Refusals before the JSON-RPC
+    layer echo the request's id when the body has one (never ``id: null`` for a request)."""
     if not _origin_ok(request):
         err = RpcError(jsonrpc.UCP_PROTOCOL_ERROR, "Origin not allowed", {"code": "forbidden"}, http_status=403)
-        return json_response(jsonrpc.error_response(None, err), status=403)
+        return json_response(jsonrpc.error_response(_request_id(await request.read()), err), status=403)
     version = request.headers.get("MCP-Protocol-Version")
     if version is not None and version not in PROTOCOL_VERSIONS:
-        err = RpcError(jsonrpc.INVALID_REQUEST, f"unsupported MCP-Protocol-Version {version[:40]!r}",
-                       http_status=400)  # fmt: skip
-        return json_response(jsonrpc.error_response(None, err), status=400)
+        err = RpcError(UNSUPPORTED_PROTOCOL_VERSION, f"unsupported MCP-Protocol-Version {version[:40]!r}",
+                       {"supported": list(PROTOCOL_VERSIONS), "requested": version[:40]}, http_status=400)  # fmt: skip
+        return json_response(jsonrpc.error_response(_request_id(await request.read()), err), status=400)
     company = request.get(REQ_COMPANY)
     if company is None:
         raise NotFound("this host serves no company")
@@ -265,7 +325,7 @@ async def mcp_post(request: web.Request) -> web.Response:
     problem = json_type_problem(request) if body else None  # MCP Streamable HTTP: JSON-RPC is application/json
     if problem is not None:
         err = RpcError(jsonrpc.INVALID_REQUEST, problem, {"code": "unsupported_media_type"}, http_status=415)
-        return json_response(jsonrpc.error_response(None, err), status=415)
+        return json_response(jsonrpc.error_response(_request_id(body), err), status=415)
     handlers = _Handlers(request, company, principal)
     return _rpc_response(
         await jsonrpc.handle_payload(body, handlers.methods(), allow_batch=jsonrpc.batch_allowed(version))

@@ -5,10 +5,11 @@ Tools: ``create_checkout``, ``get_checkout``, ``update_checkout``, ``complete_ch
 ``cancel_checkout``, ``get_order``. Arguments: ``meta`` (required on all: ``{"ucp-agent":
 {"profile": url}, "idempotency-key"?}``; the key is required for complete and cancel and follows the
 REST ``Idempotency-Key`` rule, commerce.idempotency.check_key), ``id`` for
-the resource, ``checkout`` for the payload (it must not contain ``id``). The UCP payload is the
-result's ``structuredContent`` (plus a text copy); business outcomes, the error envelope included,
-are results; protocol errors (negotiation, idempotency conflict, rate limit) are JSON-RPC errors.
-No ``outputSchema`` is declared: one tool answers either a checkout or an error envelope.
+the resource, ``checkout`` for the payload (it must not contain ``id``; required on create, update
+and complete), described by the served version's UCP request schema (:mod:`.ucp_schemas`). The UCP
+payload is the result's ``structuredContent`` (plus a text copy); business outcomes, the error
+envelope included, are results; protocol errors (negotiation, idempotency conflict, rate limit) are
+JSON-RPC errors. The ``outputSchema`` is what a checkout, an order and the error envelope share.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..db import tenant_tx
 from ..errors import BadRequest, GatewayError
 from ..jsonbody import dumps_compact
 from .ucp_mcp import McpCall, McpTool
+from .ucp_schemas import UCP_RESULT_SCHEMA, checkout_argument
 
 __all__ = ["UCP_TOOL_NAMES", "ucp_tools"]
 
@@ -47,23 +49,27 @@ _META = {
 }
 _META_KEYED = {**_META, "required": ["ucp-agent", "idempotency-key"]}
 _ID = {"type": "string", "minLength": 1}
-_CHECKOUT = {"type": "object", "description": "The UCP checkout payload (without id)."}
 
 Op = Callable[[asyncpg.Connection, Any, Mapping[str, Any]], Awaitable[service.Outcome]]
 
 
-def _schema(*, keyed: bool = False, id_: bool = False, checkout: bool = False) -> dict[str, Any]:
+def _schema(*, keyed: bool = False, id_: bool = False, checkout: str | None = None) -> dict[str, Any]:
+    """A tool's ``inputSchema``: ``meta``, ``id`` when ``id_``, and ``checkout`` as the UCP request
+    schema of operation ``checkout`` (create / update / complete) when given."""
     props: dict[str, Any] = {"meta": _META_KEYED if keyed else _META}
     req = ["meta"]
+    out: dict[str, Any] = {"type": "object"}
     if id_:
         props["id"], req = _ID, [*req, "id"]
     if checkout:
-        props["checkout"], req = _CHECKOUT, [*req, "checkout"]
-    return {"type": "object", "properties": props, "required": req}
+        body, defs = checkout_argument(checkout)
+        props["checkout"], req = {**body, "description": "The UCP checkout payload (without id)."}, [*req, "checkout"]
+        out["$defs"] = defs
+    return {**out, "properties": props, "required": req}
 
 
-def _checkout_arg(args: Mapping[str, Any], *, required: bool = True) -> dict[str, Any]:
-    data = args.get("checkout", None if required else {})
+def _checkout_arg(args: Mapping[str, Any]) -> dict[str, Any]:
+    data = args.get("checkout")
     if not isinstance(data, dict):
         raise BadRequest("arguments.checkout must be an object")
     if "id" in data:
@@ -149,7 +155,7 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
             raise _stored_error(stored)
         return json.loads(stored.body)
 
-    definition = {"name": name, "description": description, "inputSchema": schema,
+    definition = {"name": name, "description": description, "inputSchema": schema, "outputSchema": UCP_RESULT_SCHEMA,
                   "annotations": {"readOnlyHint": name.startswith("get_"), "openWorldHint": False}}  # fmt: skip
     return McpTool(definition, run, signed=sign)
 
@@ -157,23 +163,21 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
 def ucp_tools() -> dict[str, McpTool]:
     """The six UCP shopping tools, by name."""
 
-    def optional(a: Mapping[str, Any]) -> dict[str, Any]:
-        return _checkout_arg(a, required=False)
-
     tools = [
         _tool("create_checkout", "checkout.create", "checkout",
               lambda c, ctx, a: service.create(c, ctx, _checkout_arg(a)),
-              _schema(checkout=True), "Create a checkout session (UCP checkout.md Create).", body=_checkout_arg),
+              _schema(checkout="create"), "Create a checkout session (UCP checkout.md Create).", body=_checkout_arg),
         _tool("get_checkout", "checkout.get", "checkout", lambda c, ctx, a: service.get(c, ctx, _id_arg(a)),
               _schema(id_=True), "Get a checkout session by id."),
         _tool("update_checkout", "checkout.update", "checkout",
               lambda c, ctx, a: service.update(c, ctx, _id_arg(a), _checkout_arg(a)),
-              _schema(id_=True, checkout=True), "Replace the writable state of a checkout session.",
+              _schema(id_=True, checkout="update"), "Replace the writable state of a checkout session.",
               body=_checkout_arg),
         _tool("complete_checkout", "checkout.complete", "checkout",
-              lambda c, ctx, a: service.complete(c, ctx, _id_arg(a), optional(a)),
-              _schema(keyed=True, id_=True), "Complete a checkout with payment; returns the order.",
-              keyed=True, sign=True, body=optional),
+              lambda c, ctx, a: service.complete(c, ctx, _id_arg(a), _checkout_arg(a)),
+              _schema(keyed=True, id_=True, checkout="complete"),
+              "Complete a checkout with payment (checkout.payment.instruments); returns it with the order.",
+              keyed=True, sign=True, body=_checkout_arg),
         _tool("cancel_checkout", "checkout.cancel", "checkout", lambda c, ctx, a: service.cancel(c, ctx, _id_arg(a)),
               _schema(keyed=True, id_=True), "Cancel a checkout session.", keyed=True, body=lambda a: {}),
         _tool("get_order", "orders.get", "order", lambda c, ctx, a: service.get_order(c, ctx, _id_arg(a)),
