@@ -31,7 +31,7 @@ from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
 from ..jsonbody import NOT_UTF8, dumps_compact
 from ..mediatype import DECODED_CODINGS, require_json_body
-from . import service
+from . import service, staff
 from .context import (
     PROFILE_CACHE,
     RateLimited,
@@ -276,9 +276,11 @@ def setup(app: web.Application) -> None:
     if settings.simulation_secret is not None:
         app.router.add_post(SIMULATE_PATH, simulate_shipping)
     setup_pages(app)  # the buyer-facing pages that continue_url, links[] and permalink_url name
+    staff.setup_admin(app)  # GET /admin/v1/orders[/{id}]
     if settings.webhook_worker:
         app.cleanup_ctx.append(webhook_worker_ctx)
     if VERBS_KEY is not None and VERBS_KEY in app:  # verbs_setup runs before this in COMPONENTS
         from .verbs import provide
 
         provide(app[VERBS_KEY].registry)
+        staff.provide(app[VERBS_KEY].registry)

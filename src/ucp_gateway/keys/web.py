@@ -36,7 +36,7 @@ from .envelope import KekRing
 from .repository import Vault, apply_event, attach_vault, compromise_key, list_keys, rotate
 from .scheduler import run_forever
 
-__all__ = ["VAULT", "load_ring", "setup"]
+__all__ = ["VAULT", "admin_route", "load_ring", "setup"]
 
 log = logging.getLogger(__name__)
 VAULT = web.AppKey("ucpgw.keys.vault", Vault)
@@ -76,6 +76,9 @@ def _admin(floor: str) -> Callable[[Handler], Callable[[web.Request], Awaitable[
         return handler
 
     return wrap
+
+
+admin_route = _admin  # the public name, for other subsystems' admin API routes
 
 
 async def _reason(request: web.Request) -> str:

@@ -1,5 +1,9 @@
 """Accounts-receivable verbs: orders.explain_total (explain), payments.preview_refund_impact
-(preview) and payments.refund (receipt, WRITE_FINANCIAL, typed phrase, no revert handler)."""
+(preview) and payments.refund (receipt, WRITE_FINANCIAL, typed phrase, no revert handler).
+
+``orders.explain_total`` explains both the back-office orders (``sales_orders``, priced again from
+the catalogue) and the orders buyer agents placed over UCP (the commerce ``orders`` tables, from the
+snapshot frozen at completion): staff ask about either by id."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from ..registry import Registry
 from .common import ID, obj, one
 from .pricing import price_order
 
-__all__ = ["provide", "refund_phrase"]
+__all__ = ["explain_ucp_order", "provide", "refund_phrase"]
 
 _ORDER = "SELECT * FROM sales_orders WHERE id = $1"
 
@@ -35,7 +39,110 @@ async def order_breakdown(conn, order_id: str):
     )
 
 
+_TOTAL_ACTIONS = {"subtotal": "subtotal", "discount": "discount_applied", "fulfillment": "shipping", "tax": "tax"}
+
+
+def explain_ucp_order(
+    snapshot: dict[str, Any], discounts: list[dict[str, Any]], payments: list[Any], adjustments: list[Any]
+) -> dict[str, Any]:
+    """The explain output for an order placed over UCP, from its frozen snapshot (line items with
+    their totals, the order totals: UCP order.md), the checkout's applied discounts (``{code?, title,
+    amount}``, amounts positive), captured payments and completed adjustments (rows with
+    ``occurred_at``/``created_at``, ``amount``/``detail``). Money in minor units. Pure."""
+    cur = snapshot["currency"]
+    chain: list[dict[str, Any]] = []
+    for li in snapshot["line_items"]:
+        amount = next((t["amount"] for t in li.get("totals") or [] if t["type"] == "subtotal"), None)
+        item = li["item"]
+        chain.append(
+            {
+                "action": "line_item",
+                "detail": {
+                    "item_id": item.get("id"),
+                    "title": item.get("title"),
+                    "quantity": li["quantity"],
+                    "unit_price": item.get("price"),
+                    "amount": amount,
+                },
+            }
+        )
+    totals = {t["type"]: t["amount"] for t in snapshot["totals"]}
+    parts = []
+    for kind, action in _TOTAL_ACTIONS.items():
+        if kind not in totals:
+            continue
+        step: dict[str, Any] = {"action": action, "detail": {"amount": totals[kind]}}
+        if kind == "discount":
+            step["detail"]["discounts"] = discounts
+        chain.append(step)
+        amt = format_money(abs(totals[kind]), cur)
+        if kind == "subtotal":
+            parts.append(f"subtotal {amt}")
+        elif kind == "discount":
+            names = ", ".join(d.get("code") or d.get("title") or "?" for d in discounts) or "discounts"
+            parts.append(f"minus {amt} for {names}")
+        elif kind == "fulfillment":
+            parts.append(f"plus fulfillment {amt}")
+        else:
+            parts.append(f"plus tax {amt}")
+    total = totals.get("total", 0)
+    chain.append({"action": "total", "detail": {"amount": total}})
+    paid = 0
+    for p in payments:
+        paid += int(p["amount"])
+        chain.append(
+            {
+                "action": "payment_captured",
+                "timestamp": p["created_at"].isoformat(),
+                "detail": {"amount": p["amount"], "handler_id": p["handler_id"]},
+            }
+        )
+    for a in adjustments:
+        chain.append(
+            {"action": f"adjustment_{a['type']}", "timestamp": a["occurred_at"].isoformat(), "detail": a["detail"]}
+        )
+    return {
+        "entity_id": snapshot["id"],
+        "entity_type": "order",
+        "causal_chain": chain,
+        "current_state": {"total": total, "paid": paid, "currency": cur},
+        "reasoning": f"Total {format_money(total, cur)} = " + ", ".join(parts) + ".",
+    }
+
+
+async def _explain_ucp_order(ctx: VerbContext, order_id: str) -> dict[str, Any] | None:
+    """:func:`explain_ucp_order` for a UCP order of the company (commerce's ``orders`` tables), or
+    None when there is none by that id."""
+    conn = ctx.conn
+    o = await conn.fetchrow("SELECT id, checkout_id, snapshot FROM orders WHERE id = $1", order_id)
+    if o is None:
+        return None
+    body = await conn.fetchval("SELECT body::jsonb -> 'discounts' -> 'applied' FROM checkout_sessions WHERE id = $1",
+                               o["checkout_id"])  # fmt: skip
+    pays = await conn.fetch(
+        "SELECT amount, handler_id, created_at FROM payments WHERE order_id = $1 AND status = 'captured'"
+        " ORDER BY created_at",
+        order_id,
+    )
+    adjs = await conn.fetch(
+        "SELECT type, occurred_at, detail FROM order_adjustments WHERE order_id = $1 AND status = 'completed'"
+        " ORDER BY seq",
+        order_id,
+    )
+    applied = [
+        {k: d.get(k) for k in ("code", "title", "amount") if k in d}
+        for d in (body if isinstance(body, list) else [])
+        if isinstance(d, dict)
+    ]
+    ctx.set_entity("order", order_id)
+    return explain_ucp_order(o["snapshot"], applied, list(pays), list(adjs))
+
+
 async def _explain_total(ctx: VerbContext) -> dict[str, Any]:
+    if not await ctx.conn.fetchval("SELECT true FROM sales_orders WHERE id = $1", ctx.args["order_id"]):
+        ucp = await _explain_ucp_order(ctx, ctx.args["order_id"])
+        if ucp is not None:
+            return ucp
     o, b = await order_breakdown(ctx.conn, ctx.args["order_id"])
     chain = [dict(s) for s in b.steps]
     chain.append(
