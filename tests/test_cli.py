@@ -62,16 +62,17 @@ def test_demo_seed_is_idempotent_and_reset_reseeds(db_env):
     first = json.loads(run(["demo", "seed", "--json"], db_env).stdout)
     assert first["created"] is True
     cat = load_catalogue()
-    assert first["inserted"]["products"] == len(cat.products) == 6
+    assert first["inserted"]["products"] == len(cat.catalog) == 65  # variants: the sellable items
+    assert first["inserted"]["catalog_products"] == len({i.product_id for i in cat.catalog}) == 34
     assert first["inserted"]["payment_instruments"] == len(cat.payment_instruments)
-    assert first["inserted"]["inventory"] == len(cat.inventory)
+    assert first["inserted"]["inventory"] == len(cat.catalog)
     assert first["company"]["hostnames"] == ["127.0.0.1", "localhost"]
     second = json.loads(run(["demo", "seed", "--json"], db_env).stdout)
     assert second["created"] is False and set(second["inserted"].values()) == {0}
     assert second["company"]["id"] == first["company"]["id"]
     third = json.loads(run(["demo", "seed", "--reset", "--json"], db_env).stdout)
     assert third["created"] is True and third["company"]["id"] != first["company"]["id"]
-    assert third["inserted"]["products"] == len(cat.products)
+    assert third["inserted"]["products"] == len(cat.catalog)
 
 
 def test_malformed_database_url():

@@ -11,7 +11,9 @@ from importlib import resources
 import pytest
 
 from ucp_gateway.clock import FrozenClock
+from ucp_gateway.commerce.catalog_store import upsert_items
 from ucp_gateway.db import tenant_tx
+from ucp_gateway.demo.seed import load_catalogue
 from ucp_gateway.tenancy import create_company
 from ucp_gateway.verbs import Call, Dispatcher, Principal, build_registry
 from ucp_gateway.verbs.demo import seed_verb_demo
@@ -27,17 +29,7 @@ def _rows(name: str) -> list[dict[str, str]]:
 async def load_catalog(pool, company_id) -> None:
     """The flower-shop CSVs into the catalogue tables (what the lead's demo seed does)."""
     async with tenant_tx(pool, company_id) as c:
-        for r in _rows("products.csv"):
-            await c.execute(
-                "INSERT INTO products (company_id, id, title, price, image_url) VALUES ($1,$2,$3,$4,$5)",
-                company_id,
-                r["id"],
-                r["title"],
-                int(r["price"]),
-                r["image_url"],
-            )
-        for r in _rows("inventory.csv"):
-            await c.execute("INSERT INTO inventory VALUES ($1,$2,$3)", company_id, r["product_id"], int(r["quantity"]))
+        await upsert_items(c, company_id, load_catalogue().catalog)  # products, variants, stock
         for r in _rows("discounts.csv"):
             await c.execute(
                 "INSERT INTO discounts (company_id, code, type, value, currency, description) "

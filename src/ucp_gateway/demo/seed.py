@@ -17,6 +17,8 @@ from typing import Any
 
 import asyncpg
 
+from ..commerce.catalog_feed import FeedItem, parse_feed
+from ..commerce.catalog_store import upsert_items
 from ..commerce.demo import commerce_demo_seeder
 from ..config import Settings
 from ..db import Database, tenant_tx
@@ -43,8 +45,7 @@ DEMO_SEEDERS: list[Callable[[Database, Company, Settings], Awaitable[None]]] = [
 class Catalogue:
     """The demo CSV files as typed rows (money in minor units)."""
 
-    products: list[dict[str, Any]]
-    inventory: list[dict[str, Any]]
+    catalog: list[FeedItem]  # catalog.csv: products with their variants and stock (catalog import format)
     discounts: list[dict[str, Any]]
     promotions: list[dict[str, Any]]
     shipping_rates: list[dict[str, Any]]
@@ -68,11 +69,18 @@ def _read(name: str) -> list[dict[str, str]]:
     return [{k: (v or "").strip() for k, v in row.items()} for row in csv.DictReader(data.splitlines())]
 
 
+def _read_catalog() -> list[FeedItem]:
+    data = resources.files("ucp_gateway.demo").joinpath("data", "catalog.csv").read_bytes()
+    items, errors = parse_feed(data, "csv")
+    if errors:
+        raise ValueError(f"demo catalog.csv: {errors[0]}")
+    return items
+
+
 def load_catalogue() -> Catalogue:
     """Parse the packaged CSV files. Raises ValueError on a malformed row (a packaging bug)."""
     return Catalogue(
-        products=[{**r, "price": int(r["price"])} for r in _read("products")],
-        inventory=[{**r, "quantity": int(r["quantity"])} for r in _read("inventory")],
+        catalog=_read_catalog(),
         discounts=[{**r, "code": r["code"].upper(), "value": int(r["value"])} for r in _read("discounts")],
         promotions=[
             {
@@ -104,19 +112,14 @@ async def _insert(conn: asyncpg.Connection, table: str, cols: list[str], rows: l
 
 async def _seed_catalogue(conn: asyncpg.Connection, cid, cat: Catalogue) -> dict[str, int]:
     c = DEMO_CURRENCY
+    # the catalogue import's own path, in keep mode: existing items keep their price, title and stock
+    counts, errors = await upsert_items(conn, cid, cat.catalog, keep=True)
+    if errors:
+        raise ValueError(f"demo catalog.csv: {errors[0]}")
     return {
-        "products": await _insert(
-            conn,
-            "products",
-            ["company_id", "id", "title", "price", "currency", "image_url"],
-            [(cid, p["id"], p["title"], p["price"], c, p["image_url"] or None) for p in cat.products],
-        ),
-        "inventory": await _insert(
-            conn,
-            "inventory",
-            ["company_id", "product_id", "quantity"],
-            [(cid, r["product_id"], r["quantity"]) for r in cat.inventory],
-        ),
+        "catalog_products": counts["products_inserted"],
+        "products": counts["variants_inserted"],
+        "inventory": counts["stock_set"],
         "discounts": await _insert(
             conn,
             "discounts",
