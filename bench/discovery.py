@@ -1,5 +1,5 @@
 """Discovery benchmark: ``GET /.well-known/ucp`` requests/s through the gateway and through a bare
-aiohttp handler that returns the same bytes, in one run (issue 4 target: gateway >= 0.8x bare).
+aiohttp handler that returns the same bytes, in one run (target: gateway >= 0.8x bare).
 
 Each server runs in its own process (one core); the load generator is a minimal keep-alive HTTP/1.1
 client on raw asyncio streams in this process (the other core), so both servers are measured with

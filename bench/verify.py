@@ -1,4 +1,4 @@
-"""Signature verification benchmark (issue 3): cost of the RFC 9421 middleware vs a raw verify.
+"""Signature verification benchmark: cost of the RFC 9421 middleware vs a raw verify.
 
 Prints, in one run:
   raw      cryptography ECDSA P-256 verifications/s of the signature base of the signed POST;

@@ -103,7 +103,7 @@ def test_serving_loop_is_uvloop_when_installed_and_asyncio_on_request(monkeypatc
 
 
 def test_pool_size_defaults_to_the_cores_shared_out_over_the_workers():
-    """Regression (issue 6 bench): 10 connections per process on 2 cores cost PostgreSQL CPU per
+    """Regression (checkout bench): 10 connections per process on 2 cores cost PostgreSQL CPU per
     flow; the default is now two per core plus two, over all serving processes."""
     import os
 

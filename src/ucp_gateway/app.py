@@ -97,9 +97,9 @@ def _retention_setup(app: web.Application) -> None:
 
 
 COMPONENTS: list[Callable[[web.Application], None]] = [
-    _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug (issue 3)
-    discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, fetcher, trust middleware (issue 4)
-    _httpsig_setup,  # RFC 9421 verification middleware + response signing (issue 3)
+    _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug
+    discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, fetcher, trust middleware
+    _httpsig_setup,  # RFC 9421 verification middleware + response signing
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
     _agent_graph_setup,  # sub-agent capability configs in /.well-known/ucp from the verb registry
     commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker

@@ -37,7 +37,7 @@ __all__ = ["COMMAND_MODULES", "build_parser", "common_parser", "emit", "main"]
 COMMAND_MODULES: list[str] = [
     "ucp_gateway.discovery.cli",  # partners add|list|remove|policy
     "ucp_gateway.verbs.cli",  # verbs list|seed-demo, agent dispatch, audit verify
-    "ucp_gateway.keys.cli",  # keys ..., admin-tokens create (issue 3)
+    "ucp_gateway.keys.cli",  # keys ..., admin-tokens create
     "ucp_gateway.commerce.cli",  # orders list|show (staff view of UCP orders)
     "ucp_gateway.transports.cli",  # mcp, shortcuts; --gateway on verbs list / agent dispatch
     "ucp_gateway.commerce.catalog_cli",  # catalog import|export (product feeds)

@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     vendor_prefix: str = Field(default="com.solidnumber", pattern=r"^[a-z][a-z0-9]*(\.[a-z][a-z0-9_]*)+$")
     vendor_base_url: str = "https://solidnumber.com/ucp"
 
-    # --- signatures and keys (ucp_gateway.httpsig, ucp_gateway.keys; issue 3) ---------------
+    # --- signatures and keys (ucp_gateway.httpsig, ucp_gateway.keys) ---------------------------
     kek_ring: SecretStr | None = Field(
         default=None, description="KEK ring 'id:base64,id:base64' (32-byte AES keys); the last is current."
     )
@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     )
     httpsig_tag: str | None = Field(default=None, description="If set, only signatures with this tag count.")
     httpsig_allow_es384: bool = True
-    # the verb manifest is public (issue 5: "public, Cache-Control: public, max-age=300")
+    # the verb manifest is public ("public, Cache-Control: public, max-age=300")
     httpsig_exempt_prefixes: tuple[str, ...] = (
         "/.well-known/",
         "/admin/",
@@ -151,7 +151,7 @@ class Settings(BaseSettings):
         description="Loopback hosts whose profiles may be fetched over plain http (development only).",
     )
 
-    # --- UCP shopping (issue 6, ucp_gateway.commerce) -----------------------------------------
+    # --- UCP shopping (ucp_gateway.commerce) --------------------------------------------------
     checkout_ttl: int = Field(default=6 * 3600, ge=60, description="Seconds a checkout lives (UCP: 6 h).")
     commerce_idempotency_ttl: int = Field(default=86400, ge=86400, description="Seconds a key is kept.")
     buyer_rate_limit: int = Field(
@@ -207,7 +207,7 @@ class Settings(BaseSettings):
             self.dev_profile_hosts = ["127.0.0.1", "localhost"]  # the suite's plain-http loopback profile
         return self
 
-    # --- verb runtime (issue 5, ucp_gateway.verbs) --------------------------------------------
+    # --- verb runtime (ucp_gateway.verbs) -----------------------------------------------------
     verbs_nonce_secret: SecretStr | None = Field(
         default=None,
         description="HMAC-SHA256 key (>= 32 bytes) of consent nonces. None: a dev secret is generated "
@@ -247,7 +247,7 @@ class Settings(BaseSettings):
         default=None, description="Validate every verb result against its shape schema. None: in development only."
     )
 
-    # --- transports (issue 7, ucp_gateway.transports) -----------------------------------------
+    # --- transports (ucp_gateway.transports) --------------------------------------------------
     webmcp_session_ttl: int = Field(
         default=8 * 3600, ge=60, le=7 * 86400, description="Seconds a WebMCP browser session lives."
     )

@@ -252,7 +252,7 @@ def foundation_middleware(state: Foundation) -> Middleware:
 
     The per-app state is bound in a closure (no app lookup per request), and it is one layer
     instead of three: each aiohttp middleware costs a partial call and a coroutine per request,
-    which showed in the discovery benchmark (issue 4).
+    which showed in the discovery benchmark.
     """
     host_cache = state.host_cache
     access_log = state.access_log

@@ -1,4 +1,4 @@
-"""Profile fetcher against real local servers (UCP overview "Fetching"; issue 4 acceptance)."""
+"""Profile fetcher against real local servers (UCP overview "Fetching")."""
 
 from __future__ import annotations
 

@@ -261,7 +261,7 @@ async def test_odd_host_headers_are_refused(client) -> None:
 
 
 async def test_agent_graph_links_keep_the_public_port(aiohttp_client, database, db_settings, demo) -> None:
-    """Regression (issue 4): on ``serve --demo --port 8182`` the agent graph linked companies at port 80."""
+    """Regression: on ``serve --demo --port 8182`` the agent graph linked companies at port 80."""
     # the port the request came in on is kept when no public port is configured
     client = await aiohttp_client(make_app(database, db_settings.model_copy(update={"public_scheme": "http"})))
     doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test:8182"})).json()

@@ -1,4 +1,4 @@
-"""Parity across the five doors (solid-verbs spec/manifest.md "Parity invariant"; issue 7 item 5).
+"""Parity across the five doors (solid-verbs spec/manifest.md "Parity invariant").
 
 Doors: ``http`` (POST /api/v1/agent/dispatch), ``cli`` (the real ``ucp-gateway`` process with
 --gateway), ``mcp_stdio`` (the real ``ucp-gateway mcp`` bridge through the SDK stdio client),

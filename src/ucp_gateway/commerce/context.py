@@ -25,7 +25,12 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..company_settings import commerce, setting
 from ..config import Settings
+from ..discovery.agent_header import parse_ucp_agent
+from ..discovery.errors import CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported
+from ..discovery.service import negotiate_request
 from ..discovery.ssrf import RefusedUrl, check_target
+from ..discovery.trust import REQ_AGENT_ROLE
+from ..discovery.web import PROFILE_FETCHER
 from ..errors import BadRequest, GatewayError, NotFound
 from ..logs import get_logger
 from ..tenancy import Company, public_origin, resolve_host, valid_host_header
@@ -168,21 +173,6 @@ def _webhook_url(
     return None
 
 
-@functools.cache
-def _discovery() -> tuple[Any, ...] | None:
-    """The discovery package's negotiation entry points, imported once (None: not in this build)."""
-    try:
-        from ..discovery.agent_header import parse_ucp_agent
-        from ..discovery.errors import CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported
-        from ..discovery.service import negotiate_request
-        from ..discovery.trust import REQ_AGENT_ROLE
-        from ..discovery.web import PROFILE_FETCHER
-    except ImportError:
-        return None
-    tolerated = (CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported)
-    return parse_ucp_agent, tolerated, negotiate_request, REQ_AGENT_ROLE, PROFILE_FETCHER
-
-
 # pure functions of the Host header and settings, asked twice per request (negotiate, build_context)
 # with the values a shop's requests repeat: memoised (bounded; exceptions are never cached)
 @functools.lru_cache(maxsize=1024)
@@ -202,19 +192,15 @@ def _http_hosts(dev_mode: bool, hosts: tuple[str, ...]) -> frozenset[str]:
 
 
 async def negotiate(request: web.Request, company: Company, operation: str, *, agent: Any = None) -> Negotiation | None:
-    """Run discovery's negotiation (UCP overview "Negotiation") when the discovery package is set up.
+    """Run discovery's negotiation (UCP overview "Negotiation") when discovery is set up on the app.
 
     ``agent``: an ``AgentHeader`` taken from MCP ``meta["ucp-agent"]`` instead of the header.
     Raises the discovery errors (400 invalid_profile_url, 403, 422, 424; 200 capabilities_incompatible).
     In conformance mode an empty intersection is tolerated (the suite's profile declares only the
     order capability); the response then lists what the gateway implements.
     """
-    discovery = _discovery()
-    if discovery is None:
-        return None
-    parse_ucp_agent, tolerated, negotiate_request, req_agent_role, profile_fetcher = discovery
     app = request.app
-    if profile_fetcher not in app:
+    if PROFILE_FETCHER not in app:
         return None
     settings: Settings = app[SETTINGS]
     origin = _origin(settings.public_scheme, request.host, settings.public_port)
@@ -223,7 +209,7 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
     try:
         rn = await negotiate_request(
             header=header,
-            fetcher=app[profile_fetcher],
+            fetcher=app[PROFILE_FETCHER],
             pool=app[DATABASE].pool,
             company=company,
             business_profile=await _business_profile(app, company, origin),
@@ -232,9 +218,9 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
             http_hosts=hosts,
             agent=agent,
             # the trust middleware resolved the role of this UCP-Agent profile (its cache, its TTL)
-            role=request.get(req_agent_role) if agent is None else None,
+            role=request.get(REQ_AGENT_ROLE) if agent is None else None,
         )
-    except tolerated:
+    except (CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported):
         if not settings.conformance_mode:
             raise
         # conformance mode only: the suite's agent profile is a 2026-01 document declaring just the

@@ -1,4 +1,4 @@
-"""UCP shopping operations as verbs of the verb runtime (issue 5): every REST call is a dispatch.
+"""UCP shopping operations as verbs of the verb runtime: every REST call is a dispatch.
 
 Verbs (surface ``ucp``, principal kind ``buyer`` only, sub-agent ``sales``)::
 

@@ -29,8 +29,12 @@ from aiohttp import web
 from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
 from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
+from ..httpsig.web import decoded_body, mark_for_signing
 from ..jsonbody import NOT_UTF8, dumps_compact
 from ..mediatype import DECODED_CODINGS, require_json_body
+from ..verbs.decide import Call
+from ..verbs.policy import BUYER_ROLE, Principal
+from ..verbs.web import VERBS as VERBS_KEY
 from . import service, staff
 from .context import (
     PROFILE_CACHE,
@@ -45,13 +49,6 @@ from .context import (
 from .idempotency import JSON, Stored, check_key, fingerprint, run_idempotent, serialize
 from .service import CommerceContext
 from .verbs import CURRENT, VERB_OPS, envelope_body, envelope_error
-
-try:  # the verb runtime (issue 5); absent in a build without it
-    from ..verbs.decide import Call
-    from ..verbs.policy import BUYER_ROLE, Principal
-    from ..verbs.web import VERBS as VERBS_KEY
-except ImportError:  # pragma: no cover
-    VERBS_KEY = None  # type: ignore[assignment]
 
 __all__ = ["COMMERCE_LIMITER", "REST_PREFIX", "SIMULATE_PATH", "setup", "spend_buyer_budget"]
 
@@ -143,7 +140,7 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
 def verb_dispatcher(app: web.Application):  # -> verbs.dispatcher.Dispatcher | None
     """The verb runtime's dispatcher when UCP operations run through it (every binding: REST here,
     the MCP tools in transports.ucp_tools), else None (``commerce_via_verbs=false``, development only)."""
-    runtime = app.get(VERBS_KEY) if VERBS_KEY is not None else None
+    runtime = app.get(VERBS_KEY)
     if app[SETTINGS].commerce_via_verbs and runtime is not None and runtime.dispatcher is not None:
         return runtime.dispatcher
     return None
@@ -225,17 +222,11 @@ def _decoded(request: web.Request, raw: bytes) -> bytes:
     CPU of ten largest plain ones before being refused."""
     if request.headers.get("Content-Encoding", "identity").strip().lower() in ("", "identity"):
         return raw
-    from ..httpsig.web import decoded_body
-
     return decoded_body(request, limit=request.app[SETTINGS].client_max_size)
 
 
 def _sign_response(request: web.Request) -> None:
     """complete_checkout responses SHOULD be signed (UCP signatures.md): ask the signature layer."""
-    try:
-        from ..httpsig.web import mark_for_signing
-    except ImportError:  # signatures package not installed in this build
-        return
     mark_for_signing(request)
 
 
@@ -279,7 +270,7 @@ def setup(app: web.Application) -> None:
     staff.setup_admin(app)  # GET /admin/v1/orders[/{id}]
     if settings.webhook_worker:
         app.cleanup_ctx.append(webhook_worker_ctx)
-    if VERBS_KEY is not None and VERBS_KEY in app:  # verbs_setup runs before this in COMPONENTS
+    if VERBS_KEY in app:  # verbs_setup runs before this in COMPONENTS
         from .verbs import provide
 
         provide(app[VERBS_KEY].registry)

@@ -39,7 +39,9 @@ from ..config import Settings
 from ..db import platform_scan_tx, tenant_tx
 from ..discovery.fetcher import ProfileFetcher
 from ..discovery.ssrf import BlockedAddress, HostResolver, RefusedUrl, check_target, dev_allowlist, guarded_session
+from ..discovery.web import PROFILE_FETCHER
 from ..errors import GatewayError
+from ..httpsig import sign_webhook_request
 from ..logs import get_logger
 from ..tenancy import get_company, public_origin
 from .context import caller_profile_url, webhooks_for
@@ -319,16 +321,12 @@ def profile_target_resolver(fetcher: ProfileFetcher) -> TargetResolver:
 
 
 async def _default_signer(pool: Any, company_id: uuid.UUID, **kw: Any) -> dict[str, str]:
-    from .. import httpsig  # type: ignore[attr-defined]  # the signatures package (issue 4)
-
-    return await httpsig.sign_webhook_request(pool, company_id, **kw)
+    return await sign_webhook_request(pool, company_id, **kw)
 
 
 async def webhook_worker_ctx(app: web.Application) -> AsyncIterator[None]:
     """cleanup_ctx: run the delivery worker for the app's lifetime (targets of rows stored without one
     are read through discovery's profile fetcher, ``app[PROFILE_FETCHER]``, else one of its own)."""
-    from ..discovery.web import PROFILE_FETCHER
-
     settings = app[SETTINGS]
     fetcher = app.get(PROFILE_FETCHER)
     own = None

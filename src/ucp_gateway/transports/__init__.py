@@ -1,4 +1,4 @@
-"""Transports that project the one verb registry onto every door (issue 7; docs/transports.md).
+"""Transports that project the one verb registry onto every door (docs/transports.md).
 
 - :mod:`.names`: reversible verb name <-> portable MCP tool name (``.`` <-> ``__``).
 - :mod:`.jsonrpc`: the JSON-RPC 2.0 layer with UCP's MCP error mapping.

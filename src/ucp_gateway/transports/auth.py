@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 
 from ..appkeys import REQ_PRINCIPAL, REQ_RAW_BODY
+from ..discovery.partners import role_for_agent
 from ..errors import BadRequest
 from ..jsonbody import InvalidJson, loads_strict
 from ..verbs.auth import Authenticator
@@ -46,10 +47,6 @@ def _surface(request: Any) -> str:
 
 
 async def _agent_role(pool: asyncpg.Pool, company_id, profile_url: str) -> str:
-    try:
-        from ..discovery.partners import role_for_agent  # the partner registry, when installed
-    except ImportError:
-        return "read_only"
     return (await role_for_agent(pool, company_id, profile_url)).role
 
 

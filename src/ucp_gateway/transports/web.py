@@ -18,6 +18,7 @@ from ..verbs.web import VERBS
 from . import webmcp
 from .auth import remote_authenticator
 from .ucp_mcp import MCP_PATH, MCP_TOOLS, mcp_error_wrapper, mcp_get, mcp_post
+from .ucp_tools import ucp_tools
 
 __all__ = ["setup"]
 
@@ -45,13 +46,8 @@ def setup(app: web.Application) -> None:
     rt.authenticator = remote_authenticator(rt.authenticator, rt.registry)
     if MCP_TOOLS not in app:
         app[MCP_TOOLS] = {}
-    try:
-        from .ucp_tools import ucp_tools
-    except ImportError:  # a build without the commerce package: verbs only
-        pass
-    else:
-        app[MCP_TOOLS].update(ucp_tools())
-        rt.admit = _admit_buyers
+    app[MCP_TOOLS].update(ucp_tools())
+    rt.admit = _admit_buyers
     app[PATH_WRAPPERS][MCP_PATH] = mcp_error_wrapper  # outermost: rewrites what the error mapper answered
     app.router.add_post(MCP_PATH, mcp_post)
     app.router.add_get(MCP_PATH, mcp_get)

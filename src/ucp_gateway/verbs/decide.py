@@ -2,7 +2,7 @@
 
 The shell (``dispatcher.py``) loads what ``decide`` needs (company tier, cap usage, a stored
 receipt for the idempotency key), calls it, and then persists what it returns. Check order
-(digest §8 G14, reasons as named in issue 5)::
+(digest §8 G14, the runtime's refusal reasons)::
 
     blocked_verb -> unknown_verb -> role_denied (principal kind) -> surface_not_allowed (surfaces,
     then a verb of a binding called from elsewhere: VerbPolicy.reachable) ->
