@@ -236,28 +236,24 @@ async def negotiated_capabilities(
 ) -> frozenset[str] | None:
     """The capability names the caller's agent profile (``UCP-Agent``, or ``agent`` from MCP meta)
     negotiates with the business, whatever the operation (UCP overview "Negotiation"); empty when
-    they share none. None when the discovery package is not set up. Raises the discovery errors of
+    they share none. None when discovery is not set up on the app. Raises the discovery errors of
     :func:`negotiate` other than ``capabilities_incompatible`` (a bad URL, an unreachable or malformed
     profile, an unsupported version)."""
-    discovery = _discovery()
-    if discovery is None or discovery[4] not in request.app:
-        return None
-    _, _, negotiate_request, req_agent_role, profile_fetcher = discovery
-    from ..discovery.errors import CapabilitiesIncompatible
-
     app = request.app
+    if PROFILE_FETCHER not in app:
+        return None
     settings: Settings = app[SETTINGS]
     origin = _origin(settings.public_scheme, request.host, settings.public_port)
     try:
         rn = await negotiate_request(
             header=request.headers.get("UCP-Agent"),
-            fetcher=app[profile_fetcher],
+            fetcher=app[PROFILE_FETCHER],
             pool=app[DATABASE].pool,
             company=company,
             business_profile=await _business_profile(app, company, origin),
             http_hosts=_http_hosts(settings.dev_mode, tuple(settings.dev_profile_hosts)),
             agent=agent,
-            role=request.get(req_agent_role) if agent is None else None,
+            role=request.get(REQ_AGENT_ROLE) if agent is None else None,
         )
     except CapabilitiesIncompatible:
         return frozenset()
