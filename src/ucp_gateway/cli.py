@@ -121,6 +121,12 @@ async def cmd_companies_create(args: argparse.Namespace, settings: Settings) -> 
     return 0
 
 
+async def _cmd_companies_import(args: argparse.Namespace, settings: Settings) -> int:
+    from .keys.onboarding import cmd_import  # companies with their first keys, in batches
+
+    return await cmd_import(args, settings)
+
+
 async def cmd_companies_list(args: argparse.Namespace, settings: Settings) -> int:
     from .tenancy import list_companies
 
@@ -184,6 +190,10 @@ def _register_foundation(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tier", default="starter", choices=["starter", "growth", "pro", "enterprise"])
     p.add_argument("--signature-policy", default="required", choices=["required", "optional", "off"])
     p.set_defaults(func=cmd_companies_create)
+    p = comp.add_parser("import", parents=[common], help="create many companies from a CSV or JSON Lines file")
+    p.add_argument("file", help="rows of slug, name, hosts, tier (.csv with a header, or .jsonl)")
+    p.add_argument("--batch", type=int, default=500, help="companies per transaction (default 500)")
+    p.set_defaults(func=_cmd_companies_import)
     p = comp.add_parser("list", parents=[common], help="list companies")
     p.set_defaults(func=cmd_companies_list)
     p = comp.add_parser("show", parents=[common], help="show one company")

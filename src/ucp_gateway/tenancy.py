@@ -24,14 +24,19 @@ from .errors import BadRequest, Conflict, NotFound
 from .logs import get_logger
 
 __all__ = [
+    "INSERT_COMPANY",
     "SUBAGENTS",
     "TIERS",
     "Company",
     "CompanyMisconfigured",
     "CompanyNotFound",
+    "CompanyRow",
     "HostCache",
+    "company_row",
     "create_company",
     "get_company",
+    "insert_company",
+    "insert_company_args",
     "list_companies",
     "list_subagents",
     "normalize_host",
@@ -334,38 +339,91 @@ async def create_company(
     Raises: BadRequest (invalid fields, settings of the wrong type, or a row the database's checks
         refuse), Conflict (slug or hostname taken). Nothing is written then.
     """
+    row = company_row(
+        slug=slug,
+        display_name=display_name,
+        hostnames=hostnames,
+        tier=tier,
+        signature_policy=signature_policy,
+        subagents=subagents,
+        settings=settings,
+    )
+    try:
+        async with tenant_tx(pool, row.id) as conn:
+            await insert_company(conn, row)
+    except asyncpg.UniqueViolationError as exc:
+        what = "hostname" if "company_hosts" in (exc.table_name or "") else "slug"
+        raise Conflict(f"{what} already taken", code=f"{what}_taken") from None
+    except asyncpg.IntegrityConstraintViolationError as exc:  # a CHECK _validate did not foresee
+        raise BadRequest(f"the database refused the company ({exc.constraint_name or exc.sqlstate})") from None
+    return row.company
+
+
+@dataclass(frozen=True, slots=True)
+class CompanyRow:
+    """A validated company to insert (:func:`company_row`): the :class:`Company` (new random id)
+    and its sub-agents' ``{name: enabled}``."""
+
+    company: Company
+    subagents: dict[str, bool]
+
+    @property
+    def id(self) -> UUID:
+        return self.company.id
+
+
+def company_row(
+    *,
+    slug: str,
+    display_name: str,
+    hostnames: list[str] | tuple[str, ...] = (),
+    tier: str = "starter",
+    signature_policy: str = "required",
+    subagents: dict[str, bool] | None = None,
+    settings: dict[str, Any] | None = None,
+) -> CompanyRow:
+    """The company :func:`create_company` would write, validated, with a new id (pure). Raises
+    BadRequest as :func:`create_company` does for invalid fields."""
     hosts = _validate(slug, display_name, tier, signature_policy, list(hostnames))
     settings = check_settings(settings)
     enabled = {name: True for name in SUBAGENTS} | {k: bool(v) for k, v in (subagents or {}).items()}
     unknown = set(enabled) - set(SUBAGENTS)
     if unknown:
         raise BadRequest(f"unknown sub-agent(s): {', '.join(sorted(unknown))}")
-    cid = uuid.uuid4()
-    try:
-        async with tenant_tx(pool, cid) as conn:
-            await conn.execute(
-                "INSERT INTO companies (id, slug, display_name, tier, signature_policy, settings) "
-                "VALUES ($1, $2, $3, $4, $5, $6)",
-                cid,
-                slug,
-                display_name.strip(),
-                tier,
-                signature_policy,
-                settings,
-            )
-            await conn.executemany(
-                "INSERT INTO company_hosts (hostname, company_id) VALUES ($1, $2)", [(h, cid) for h in hosts]
-            )
-            await conn.executemany(
-                "INSERT INTO subagents (company_id, name, enabled) VALUES ($1, $2, $3)",
-                [(cid, n, e) for n, e in enabled.items()],
-            )
-    except asyncpg.UniqueViolationError as exc:
-        what = "hostname" if "company_hosts" in (exc.table_name or "") else "slug"
-        raise Conflict(f"{what} already taken", code=f"{what}_taken") from None
-    except asyncpg.IntegrityConstraintViolationError as exc:  # a CHECK _validate did not foresee
-        raise BadRequest(f"the database refused the company ({exc.constraint_name or exc.sqlstate})") from None
-    return Company(cid, slug, display_name.strip(), tier, signature_policy, tuple(hosts), settings)
+    company = Company(uuid.uuid4(), slug, display_name.strip(), tier, signature_policy, tuple(hosts), settings)
+    return CompanyRow(company, enabled)
+
+
+#: One new company in one statement (migration 0091): its row, hostnames, sub-agents and, when
+#: given, its first key (active) with the key's event, in the company's own tenant context.
+INSERT_COMPANY = "SELECT company_insert($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+
+
+def insert_company_args(row: CompanyRow, first_key: Any = None, at: Any = None) -> tuple[Any, ...]:
+    """The parameters of :data:`INSERT_COMPANY` for ``row`` (pure). ``first_key``: an object with
+    ``kid``, ``public_jwk``, ``private_enc`` and ``kek_id`` (``keys.NewKey``), written active as of
+    ``at`` (aware UTC datetime); None: no key."""
+    c, k = row.company, first_key
+    return (
+        str(c.id),
+        c.slug,
+        c.display_name,
+        c.tier,
+        c.signature_policy,
+        c.settings,
+        list(c.hostnames),
+        list(row.subagents),
+        list(row.subagents.values()),
+        *((k.kid, k.public_jwk, k.private_enc, k.kek_id, at) if k is not None else (None,) * 5),
+    )
+
+
+async def insert_company(conn: asyncpg.Connection, row: CompanyRow, first_key: Any = None, at: Any = None) -> None:
+    """Write ``row``'s company, hostnames and sub-agents (and ``first_key``, see
+    :func:`insert_company_args`) on ``conn``, inside a transaction; the statement sets the tenant
+    context to ``row.id`` for the rest of it. Raises asyncpg's UniqueViolationError (slug or
+    hostname taken) and integrity errors."""
+    await conn.execute(INSERT_COMPANY, *insert_company_args(row, first_key, at))
 
 
 async def list_subagents(pool: asyncpg.Pool, company_id: UUID) -> dict[str, bool]:

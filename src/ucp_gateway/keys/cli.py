@@ -57,10 +57,11 @@ async def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
             )
             return 0
         if args.keys_cmd == "advance":
-            done = await run_once(
+            r = await run_once(
                 db.pool, now=now, publish_min=settings.keys_publish_min, rotating_grace=settings.keys_rotating_grace
             )
-            _emit(args, done, f"transitions: {done}")
+            done = None if r is None else r.done  # None: another replica's round is running
+            _emit(args, done, f"transitions: {done}" + (f" ({r.left} left for the next round)" if r and r.left else ""))
             return 0
         company = await get_company(db.pool, args.company)
         reason = getattr(args, "reason", None) or args.keys_cmd

@@ -25,6 +25,7 @@ from .vault import Vault, attach_vault, get_vault, vault_of
 __all__ = [
     "CompanyKey",
     "KeyNotFoundError",
+    "NewKey",
     "NoActiveKey",
     "SigningKey",
     "Vault",
@@ -39,6 +40,7 @@ __all__ = [
     "has_active_key",
     "list_key_events",
     "list_keys",
+    "new_key",
     "published_jwks",
     "rewrap_company",
     "rotate",
@@ -214,18 +216,34 @@ async def _event(conn, company_id, kid, from_state, to_state, event, actor, reas
     )
 
 
-async def _insert_new(conn, ring: KekRing, company_id: UUID, state: KeyState, actor: str, reason: str, now) -> str:
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    """A freshly generated key as stored (:func:`new_key`): ``private_enc`` is the encrypted record."""
+
+    kid: str
+    public_jwk: dict[str, Any]
+    private_enc: dict[str, Any]
+    kek_id: str
+
+
+def new_key(ring: KekRing, company_id: UUID) -> NewKey:
+    """A new EC P-256 key for ``company_id``, its private half encrypted under ``ring``'s current KEK."""
     jwk, kid = generate_p256()
-    blob = encrypt_private_jwk(ring, company_id, kid, jwk)
+    return NewKey(kid, public_jwk(jwk, kid), encrypt_private_jwk(ring, company_id, kid, jwk), ring.current)
+
+
+async def _insert_new(conn, ring: KekRing, company_id: UUID, state: KeyState, actor: str, reason: str, now) -> str:
+    k = new_key(ring, company_id)
+    kid = k.kid
     await conn.execute(
         "INSERT INTO company_keys (company_id, kid, state, public_jwk, private_enc, kek_id, created_at, "
         "state_changed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
         company_id,
         kid,
         state.value,
-        public_jwk(jwk, kid),
-        blob,
-        ring.current,
+        k.public_jwk,
+        k.private_enc,
+        k.kek_id,
         now,
     )
     await _event(conn, company_id, kid, None, state.value, "create", actor, reason, now)
