@@ -554,3 +554,24 @@ async def test_a_read_keeps_its_body_out_of_the_audit_log(client, db_settings):
         await owner.close()
     assert rows and all(secret not in row["e"] and '"args":' not in row["e"] for row in rows), rows
     assert all(f'"id": "{created["id"]}"' in row["e"] for row in rows)  # the entity is still recorded
+
+
+async def test_attribution_is_accepted_on_create_and_update_and_kept_on_the_order(client):
+    """UCP checkout ``attribution`` (a map of strings): accepted on create and update, not echoed in
+    the checkout (it MUST NOT affect the response), snapshotted on the order. It once raised inside
+    validation and was answered 503 ``retry_after`` 1, so a platform retried for ever."""
+    attribution = {"utm_source": "gemini", "click_id": "c-123"}
+    r, co = await _create(client, payload(fulfillment=SHIP_US, attribution=attribution))
+    assert r.status == 201, co
+    upd = payload(fulfillment=SHIP_US, attribution={"utm_source": "chatgpt"})
+    r = await client.put(url(f"/checkout-sessions/{co['id']}"), json=upd, headers=headers(key=new_key()))
+    assert r.status == 200, await r.text()
+    r = await client.post(url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key()))
+    done = await r.json()
+    assert r.status == 200 and done["status"] == "completed", done
+    r = await client.get(url(f"/orders/{done['order']['id']}"), headers=headers())
+    assert (await r.json())["attribution"] == {"utm_source": "chatgpt"}
+    # not a map of strings: a 400 naming the field, never a 503 inviting a retry
+    r, err = await _create(client, payload(attribution={"utm_source": 7}))
+    assert r.status == 400 and err["code"] == "invalid_request" and "attribution" in err["content"], err
+    assert "Retry-After" not in r.headers

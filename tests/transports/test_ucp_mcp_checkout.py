@@ -348,3 +348,23 @@ async def test_the_checkout_verbs_are_no_generic_tools(signed_shop):
     async with httpx2.AsyncClient(timeout=30) as http:  # the public manifest (GET, unsigned)
         resp = await http.get(base + "/api/v1/agent/verbs?surface=ucp")
         assert SHOPPING_VERBS <= {record["name"] for record in resp.json()}, resp.text
+
+
+async def test_attribution_on_mcp_create_and_update(signed_shop):
+    """UCP ``attribution`` on create_checkout and update_checkout is a result, as on REST; it once
+    raised inside validation and came back as -32000 ``unavailable`` with ``retry_after`` 1."""
+    base, agent, _company = signed_shop
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with streamable_http_client(base + "/ucp/mcp", http_client=http) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            create = {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}],
+                      "attribution": {"utm_source": "gemini", "click_id": "c-1"}}  # fmt: skip
+            res = await s.call_tool("create_checkout", {"meta": _meta(agent), "checkout": create})
+            assert not res.is_error and res.structured_content["id"].startswith("chk_"), res
+            upd = {**create, "attribution": {"utm_campaign": "spring"}}
+            cid = res.structured_content["id"]
+            res = await s.call_tool("update_checkout", {"meta": _meta(agent), "id": cid, "checkout": upd})
+            assert not res.is_error and res.structured_content["id"] == cid, res
+            with pytest.raises(MCPError) as err:  # not a map of strings: invalid params, no retry
+                await s.call_tool("create_checkout", {"meta": _meta(agent), "checkout": {**create, "attribution": 7}})
+            assert err.value.code == -32602 and "retry_after" not in (err.value.error.data or {}), err.value.error

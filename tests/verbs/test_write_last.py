@@ -193,3 +193,48 @@ def test_deferred_with_items_may_return_but_not_take_the_closing_statement_names
     for bad in ("w AS (DELETE FROM t RETURNING 1)", "x AS (SELECT 1), a AS (SELECT 2)", "F AS (SELECT $$x$$)"):
         with pytest.raises(ValueError):
             _shift_params(bad, 14, ctes=True)
+
+
+async def test_only_a_storage_failure_is_marked_retryable(shop, database, db_settings, clock, buyer):
+    """A verb that breaks (a handler bug, a statement that divides by zero) fails with execution_failed
+    and no retry hint, which the UCP bindings answer 500 internal_error; a statement the server
+    cancelled carries RETRY_HINT, answered 503 with Retry-After (commerce.verbs.envelope_error); a
+    connection the server dropped mid-verb is a 503 as well, never hidden behind an AttributeError
+    of the released connection (which made it a 500)."""
+    from ucp_gateway.commerce.verbs import envelope_error
+    from ucp_gateway.db.outage import DatabaseUnavailable
+    from ucp_gateway.verbs.errors import RETRY_HINT
+
+    async def buggy(ctx):
+        return {"added": None.count}  # an AttributeError, as the attribution bug was
+
+    async def divide(ctx):
+        await ctx.conn.fetchval("SELECT 1 / 0")
+        return {"added": 0}
+
+    async def cancelled(ctx):
+        await ctx.conn.execute("SET LOCAL statement_timeout = 1")
+        await ctx.conn.execute("SELECT pg_sleep(1)")
+        return {"added": 0}
+
+    async def dropped(ctx):
+        await ctx.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return {"added": 0}
+
+    reg = Registry()
+    for name, handler in (("x.buggy", buggy), ("x.divide", divide), ("x.cancelled", cancelled), ("x.dropped", dropped)):
+        _register(reg, name, handler)
+    d = Dispatcher(reg, database.pool, db_settings, clock)
+    for name in ("x.buggy", "x.divide"):
+        env = await d.dispatch(buyer, Call(name, {}, idempotency_key=f"k-{name}"))
+        assert env["error"]["reason"] == "execution_failed" and "hint" not in env["error"], env
+        status, body = envelope_error(env)
+        assert status == 500 and b'"code":"internal_error"' in body and b"Traceback" not in body
+    env = await d.dispatch(buyer, Call("x.cancelled", {}, idempotency_key="k-cancelled"))
+    assert env["error"]["reason"] == "execution_failed" and env["error"]["hint"] == RETRY_HINT, env
+    assert envelope_error(env)[0] == 503
+    try:  # an outage (the transport's 503) or a transient failure (503 too): never a 500
+        env = await d.dispatch(buyer, Call("x.dropped", {}, idempotency_key="k-dropped"))
+    except DatabaseUnavailable:
+        return
+    assert env["error"]["hint"] == RETRY_HINT and envelope_error(env)[0] == 503, env

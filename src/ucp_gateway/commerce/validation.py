@@ -87,8 +87,12 @@ def _check_bounds(data: dict[str, Any]) -> None:
                 raise InvalidRequest(f"$.discounts.codes.{i}: at most {MAX_CODE_LENGTH} characters")
 
 
-def _dump(m: BaseModel | None) -> dict[str, Any] | None:
-    return None if m is None else m.model_dump(mode="json", exclude_none=True)
+def _dump(m: BaseModel | dict[str, Any] | None) -> dict[str, Any] | None:
+    """A validated field as JSON data. Some ucp-sdk fields are plain mappings, not models
+    (``attribution`` is ``dict[str, str]``), and are already JSON."""
+    if m is None or isinstance(m, dict):
+        return m
+    return m.model_dump(mode="json", exclude_none=True)
 
 
 def _clean_instrument(instr: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import asyncpg
 from ..errors import GatewayError
 from ..jsonbody import dumps_compact
 from ..verbs.context import VerbContext
-from ..verbs.errors import VerbError
+from ..verbs.errors import RETRY_HINT, VerbError
 from ..verbs.policy import Consent, PrincipalLimit, RiskClass, VerbPolicy
 from ..verbs.registry import Registry
 from . import service
@@ -195,7 +195,12 @@ _REASON_STATUS = {
 
 
 def envelope_error(env: dict[str, Any]) -> tuple[int, bytes]:
-    """Map a refused/failed envelope to a UCP protocol error ``(status, {"code","content"} bytes)``."""
+    """Map a refused/failed envelope to a UCP protocol error ``(status, {"code","content"} bytes)``.
+    ``execution_failed`` is 503 ``unavailable`` (the bindings add Retry-After) only when the runtime
+    marked it transient (verbs.errors.RETRY_HINT); any other is an internal fault, 500
+    ``internal_error``: a retry would fail again, so none is invited."""
     err = env.get("error") or {}
     status, code = _REASON_STATUS.get(err.get("reason", ""), (403, err.get("reason", "forbidden")))
+    if err.get("reason") == "execution_failed" and err.get("hint") != RETRY_HINT:
+        status, code = 500, "internal_error"
     return status, json.dumps({"code": code, "content": err.get("message", "")}, separators=(",", ":")).encode()

@@ -57,7 +57,10 @@ class _Unit:
     ``anext`` per enter and exit. tests/db/test_tenant_unit.py holds the generator form as the reference.
     """
 
-    __slots__ = ("_acq", "_after", "_args", "_conn", "_fused", "_isolation", "_pool", "_probe", "_sql", "_then", "_tx")
+    __slots__ = (
+        "_acq", "_after", "_after_commit", "_args", "_conn", "_fused", "_isolation", "_pool", "_probe", "_sql", "_then",
+        "_tx",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -77,6 +80,9 @@ class _Unit:
         try:
             fused, then = self._fused, self._then
             after = self._after = getattr(conn, "after_begin", None) if fused is not None else None
+            # bound now: a proxy whose connection the server dropped has none to delegate to, and an
+            # AttributeError would then hide the connection error (an outage) behind a bug
+            self._after_commit = conn.after_commit if after is not None else None
             if after is not None:
                 after(fused if then is None else f"{fused}; {then}")
             try:
@@ -98,7 +104,7 @@ class _Unit:
             except BaseException:
                 if after is not None:
                     after(None)
-                    conn.after_commit(None)
+                    self._after_commit(None)
                 raise
         except BaseException as exc:
             await acq.__aexit__(type(exc), exc, exc.__traceback__)
@@ -112,14 +118,14 @@ class _Unit:
             try:
                 sent = et is None and probe is not None and probe.armed and after is not None
                 if sent:
-                    conn.after_commit(probe.sql)  # only on the way to COMMIT (not on a rollback)
+                    self._after_commit(probe.sql)  # only on the way to COMMIT (not on a rollback)
                 await self._tx.__aexit__(et, ev, tb)  # COMMIT, or ROLLBACK when the body raised
                 if sent:
                     probe.status = conn.commit_status()
             finally:
                 if after is not None:
                     after(None)
-                    conn.after_commit(None)
+                    self._after_commit(None)
         except BaseException as exc:
             await self._acq.__aexit__(type(exc), exc, exc.__traceback__)
             raise

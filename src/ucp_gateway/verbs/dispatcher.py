@@ -32,7 +32,7 @@ from . import audit, store
 from .consent import clean_args
 from .context import VerbContext
 from .decide import PHRASE_ATTEMPTS, Call, Decision, Inputs, cap_class_for, decide, gates
-from .errors import REASONS, VerbError
+from .errors import REASONS, RETRY_HINT, VerbError, transient
 from .outcome import audit_entry, success_envelope
 from .policy import DEFAULT_DAILY_CAPS, Principal, RiskClass
 from .reads import ReadBatcher, ReadJob
@@ -217,7 +217,8 @@ class Dispatcher:
             if outage is not None:  # nothing can be audited either: the transport answers 503
                 raise outage from None
             log.exception("verb %s failed in the database", verb.name)
-            err = VerbError("execution_failed")  # details stay in the log
+            # details stay in the log; only an outage invites a retry (errors.transient)
+            err = VerbError("execution_failed", hint=RETRY_HINT if transient(exc) else None)
             return await self._failed(principal, company, call, verb, decision, err, now, t0, False)
         except Exception:  # the runtime's boundary: log, audit as failed, answer execution_failed
             log.exception("verb %s raised", verb.name)
@@ -235,7 +236,7 @@ class Dispatcher:
                 raise
         async with tenant_tx(self.pool, company.id) as conn:  # a live record: replay it or refuse
             got = await store.stored_key(conn, principal.key, _scope(verb), key, now)
-        raise _Replay(got[0], got[1]) if got else VerbError("execution_failed")
+        raise _Replay(got[0], got[1]) if got else VerbError("execution_failed", hint=RETRY_HINT)
 
     async def _execute_in(self, principal, company, call, verb, decision, key, now, t0, args, claim) -> dict[str, Any]:
         async with tenant_tx(self.pool, company.id, then=claim) as conn:  # = reads.tenant_conn(durable=True)
@@ -412,7 +413,9 @@ class Dispatcher:
                 got = await store.stored_key(conn, principal.key, _scope(verb), call.idempotency_key, now)
             envelope = got[1] if got else None
         if envelope is None:  # expired between the two reads: treat as unknown rather than re-running
-            d = Decision("deny", decision.risk_class, "execution_failed", "retry the call", digest=decision.digest)
+            d = Decision(
+                "deny", decision.risk_class, "execution_failed", "retry the call", RETRY_HINT, digest=decision.digest
+            )
             return await self._refuse(principal, company, call, verb, d, now)
         entry = audit_entry(principal, company, call, verb, decision, "replayed", "completed", now)
         entry.update(idempotency_key=call.idempotency_key, replay_of=envelope.get("audit_id"))

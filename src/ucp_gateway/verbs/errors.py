@@ -16,7 +16,13 @@ from typing import Any
 
 from ..errors import ConfigError, GatewayError
 
-__all__ = ["REASONS", "NonceSecretError", "RegistrationError", "VerbError"]
+__all__ = ["REASONS", "RETRY_HINT", "NonceSecretError", "RegistrationError", "VerbError", "transient"]
+
+# The hint of an ``execution_failed`` that a retry may cure (the database did not answer, a lock or
+# serialization conflict, a record that expired between two reads). Every other execution_failed is
+# an internal fault (a handler bug, a constraint the handler broke): retrying it fails again, so the
+# UCP bindings answer it 500 internal_error, never 503 with Retry-After (commerce.verbs.envelope_error).
+RETRY_HINT = "Retry the call: the failure was transient."
 
 REASONS: dict[str, str] = {
     "unknown_verb": "No such verb for this caller.",
@@ -43,6 +49,27 @@ REASONS: dict[str, str] = {
     "not_found": "The entity does not exist.",
     "invalid_state": "The entity's state does not allow this action.",
 }
+
+
+# SQLSTATE classes a retry of the same call cannot cure (PostgreSQL Appendix A): data exceptions
+# (22: a division by zero, a value out of range), integrity violations (23) and syntax or undefined
+# objects (42: a statement the handler got wrong), except 42501 (insufficient privilege: the store
+# refusing writes, which UCP answers 503 like any storage failure).
+_BUG_SQLSTATE = ("22", "23", "42")
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` (raised while a verb ran) is a storage failure a retry may cure: the connection
+    or the server went away (OSError, TimeoutError, asyncpg's InterfaceError), or a PostgreSQL error
+    outside :data:`_BUG_SQLSTATE`. False for anything else (an internal fault: a handler bug)."""
+    import asyncpg
+
+    if isinstance(exc, (OSError, TimeoutError, asyncpg.InterfaceError)):
+        return True
+    if not isinstance(exc, asyncpg.PostgresError):
+        return False
+    state = str(getattr(exc, "sqlstate", "") or "")
+    return state == "42501" or not state.startswith(_BUG_SQLSTATE)
 
 
 class RegistrationError(GatewayError):
