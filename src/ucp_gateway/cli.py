@@ -41,6 +41,7 @@ COMMAND_MODULES: list[str] = [
     "ucp_gateway.commerce.cli",  # orders list|show (staff view of UCP orders)
     "ucp_gateway.transports.cli",  # mcp, shortcuts; --gateway on verbs list / agent dispatch
     "ucp_gateway.commerce.catalog_cli",  # catalog import|export (product feeds)
+    "ucp_gateway.commerce.webhook_cli",  # webhooks status|dead|retry
 ]
 
 

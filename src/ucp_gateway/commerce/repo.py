@@ -360,7 +360,10 @@ async def complete_order(
         " ob AS (INSERT INTO webhook_outbox (company_id, id, order_id, event_type, caller, payload, created_at,"
         f"   next_attempt_at, target_url) SELECT $1, $17, $6, $18, $19, $20, $21, $21, $22 WHERE {cond} RETURNING 1)"
     )
-    sql = f"INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) SELECT $1, $17, $21 WHERE {cond}"
+    sql = (
+        f"INSERT INTO webhook_queue (company_id, event_id, next_attempt_at, receiver) SELECT $1, $17, $21, $19"
+        f" WHERE {cond}"
+    )
     args = (
         company_id,
         checkout["status"],
@@ -430,9 +433,10 @@ async def insert_outbox(
         target_url,
     )
     await conn.execute(
-        "INSERT INTO webhook_queue (company_id, event_id, next_attempt_at) VALUES ($1,$2,$3)",
+        "INSERT INTO webhook_queue (company_id, event_id, next_attempt_at, receiver) VALUES ($1,$2,$3,$4)",
         company_id,
         event_id,
         now,
+        caller,  # the receiver: per-receiver fair delivery (commerce.webhook_queue)
     )
     return event_id

@@ -1,13 +1,17 @@
 """Order-webhook delivery worker (UCP order.md "Events"): outbox -> signed POST, at least once.
 
-Rows are written by the order's own transaction (:func:`.repo.insert_outbox`); this worker finds due
-events in ``webhook_queue``, leases one (moves its due time past the attempt), then, inside the
-company's tenant context, resolves the target (the platform profile's
-``capabilities["dev.ucp.shopping.order"][].config.webhook_url``), signs the exact stored body with the
-company's active key (RFC 9421 via ``httpsig.sign_webhook_request``) and POSTs it with the
-same ``Webhook-Id`` / ``Webhook-Timestamp`` on every retry. 2xx -> delivered; otherwise retried with
-exponential backoff (base * 2**(n-1), capped) up to ``webhook_max_attempts``. A crash between
-commit and delivery loses nothing: the queue row stays due. A delivery failure never touches the API.
+Rows are written by the order's own transaction (:func:`.repo.insert_outbox`); this worker leases
+due events from ``webhook_queue`` fairly across receivers (``commerce.webhook_queue``: a bounded
+number in flight per process and per receiver, a fenced lease that outlives the attempt), then,
+concurrently and each inside the company's tenant context, resolves the target (the platform
+profile's ``capabilities["dev.ucp.shopping.order"][].config.webhook_url``), signs the exact stored
+body with the company's active key (RFC 9421 via ``httpsig.sign_webhook_request``) and POSTs it
+with the same ``Webhook-Id`` / ``Webhook-Timestamp`` on every retry. 2xx -> delivered; otherwise
+retried with exponential backoff and jitter (``webhook_queue.retry_delay``) until
+``webhook_max_attempts`` attempts, then dead-lettered (``webhook_outbox.dead_at``; staff list and
+requeue them: ``ucp-gateway webhooks dead|retry``). At least once: a crash between commit and
+delivery loses nothing (the queue row stays due), and an event is sent twice only after a crash
+between its POST and its record. A delivery failure never touches the API.
 
 Targets are outbound requests under discovery's SSRF guard (``discovery.ssrf``, the policy of profile
 fetches): before each attempt the URL must pass ``check_target`` (https, or http for a dev allowlisted
@@ -15,7 +19,7 @@ host in development; no credentials; an IP literal must be globally routable, lo
 allowlisted host), and the POST goes through ``guarded_session`` (every named host resolved and
 checked for the connection, no DNS cache, no proxy from the environment, no redirects followed).
 A refused target (by the URL check, or its host resolving to a special-use address at connect
-time) is a permanent failure of that event: ``last_error`` says why, no retry, a warning is logged
+time) is a permanent failure of that event (dead-lettered): ``last_error`` says why, no retry, a warning is logged
 (never the URL, which may carry a token). Rows written before the check are judged the same way.
 """
 
@@ -24,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -36,7 +42,8 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, SETTINGS
 from ..clock import Clock
 from ..config import Settings
-from ..db import platform_scan_tx, tenant_tx
+from ..db import tenant_tx
+from ..db.outage import is_outage
 from ..discovery.fetcher import ProfileFetcher
 from ..discovery.ssrf import BlockedAddress, HostResolver, RefusedUrl, check_target, dev_allowlist, guarded_session
 from ..discovery.web import PROFILE_FETCHER
@@ -45,10 +52,13 @@ from ..httpsig import sign_webhook_request
 from ..logs import get_logger
 from ..tenancy import get_company, public_origin
 from .context import caller_profile_url, webhooks_for
+from .webhook_queue import dead_letter, delivered, dequeue, lease, renew, reschedule, retry_delay
 
 __all__ = [
     "WEBHOOK_SIGNER",
     "WEBHOOK_TARGETS",
+    "WEBHOOK_WORKER",
+    "DeliveryStats",
     "WebhookSigner",
     "WebhookWorker",
     "backoff",
@@ -59,6 +69,9 @@ log = logging.getLogger("ucp_gateway.commerce.webhooks")
 _log = get_logger("ucp_gateway.commerce.webhooks")
 #: Bytes of a receiver's response body read at most (its status decides; the rest is dropped).
 _RESPONSE_READ = 64 * 1024
+_LEASE_MARGIN = 2.0  # seconds of lease kept beyond one attempt's timeout before a POST
+_COALESCE = 0.01  # seconds to gather completions before leasing again
+_STOP_GRACE = 3.0  # seconds a clean stop waits for deliveries in flight
 
 
 class WebhookSigner(Protocol):
@@ -79,7 +92,7 @@ class WebhookSigner(Protocol):
 TargetResolver = Callable[[str], Awaitable[str | None]]
 WEBHOOK_SIGNER = web.AppKey("ucpgw.webhook_signer", WebhookSigner)  # type: ignore[type-abstract]
 WEBHOOK_TARGETS = web.AppKey("ucpgw.webhook_targets", TargetResolver)  # type: ignore[arg-type]
-_WORKER = web.AppKey("ucpgw.webhook_worker", object)
+WEBHOOK_WORKER = web.AppKey("ucpgw.webhook_worker", object)  # the app's WebhookWorker (its .stats), when running
 
 
 def backoff(attempt: int, base: float, cap: float) -> float:
@@ -116,8 +129,27 @@ class _Refused(Exception):
     """The target's host resolved to a special-use address at connect time (permanent)."""
 
 
+@dataclass
+class DeliveryStats:
+    """Counters of one worker since it started (metrics read them): ``delivered``; ``retried``
+    (an attempt failed, another is scheduled); ``dead`` (dead-lettered: budget spent or target
+    refused); ``lost_leases`` (a late worker's write that the fence refused); ``in_flight`` now."""
+
+    delivered: int = 0
+    retried: int = 0
+    dead: int = 0
+    lost_leases: int = 0
+    in_flight: int = 0
+
+
 class WebhookWorker:
-    """Delivers due outbox events. ``run_once()`` is one scan (tests and the loop use it).
+    """Delivers due outbox events, concurrently and fairly (``commerce.webhook_queue``).
+
+    At most ``settings.webhook_concurrency`` deliveries are in flight in this process, at most
+    ``settings.webhook_receiver_concurrency`` of them to one receiver (the caller's platform), so a
+    receiver that is slow or never answers holds only its own slots and events. ``run_forever``
+    leases again as soon as slots free up (or every ``webhook_poll_interval`` seconds when idle);
+    ``run_once()`` leases what is due now within those bounds and attempts each once (tests).
 
     Args:
         pool, settings, clock: the gateway's (``settings``: the ``webhook_*`` fields and the dev
@@ -127,6 +159,7 @@ class WebhookWorker:
             target (:func:`profile_target_resolver`); a GatewayError it raises is a retried failure.
         resolver: name-resolution seam of the guarded session ``async (host, port) -> [ip]``
             (default: the OS resolver). The worker owns its session; ``await worker.close()`` ends it.
+        rand: ``() -> float`` in [0, 1), the retry jitter's source (tests pin it).
     """
 
     def __init__(
@@ -138,56 +171,111 @@ class WebhookWorker:
         signer: WebhookSigner,
         resolve_target: TargetResolver,
         resolver: HostResolver | None = None,
-        batch: int = 20,
+        rand: Callable[[], float] = random.random,
     ):
         self.pool, self.settings, self.clock = pool, settings, clock
-        self.signer, self.resolve_target, self.batch = signer, resolve_target, batch
+        self.signer, self.resolve_target, self.rand = signer, resolve_target, rand
+        self.concurrency = settings.webhook_concurrency
+        self.per_receiver = settings.webhook_receiver_concurrency
+        self.stats = DeliveryStats()
         self._dev_hosts = dev_allowlist(settings)
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
+        self._busy: dict[str, int] = {}  # receiver -> deliveries in flight in this process
+        self._tasks: set[asyncio.Task] = set()
+        self._freed = asyncio.Event()
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = guarded_session(dev_hosts=self._dev_hosts, resolver=self._resolver, auto_decompress=False)
         return self._session
 
-    async def close(self) -> None:
+    async def close(self, grace: float = 0.0) -> None:
+        """Let the deliveries in flight finish for up to ``grace`` seconds (a clean stop: an answered
+        POST gets recorded, not sent again), cancel the rest (their leases expire: retried later) and
+        end the session."""
+        if self._tasks and grace > 0:
+            await asyncio.wait(set(self._tasks), timeout=grace)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
 
-    async def _lease(self) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    def _lease_seconds(self) -> float:
+        return self.settings.webhook_timeout * 3  # one attempt's prepare + POST, with room to spare
+
+    async def _fill(self) -> int:
+        """Lease into the free slots and start one task per event. Returns how many started."""
+        free = self.concurrency - len(self._tasks)
+        if free <= 0:
+            return 0
         now = self.clock.now()
-        lease = now + timedelta(seconds=self.settings.webhook_timeout * 3)
-        async with platform_scan_tx(self.pool, "webhook_queue") as conn:
-            rows = await conn.fetch(
-                "UPDATE webhook_queue q SET next_attempt_at = $2 FROM ("
-                " SELECT company_id, event_id FROM webhook_queue WHERE next_attempt_at <= $1"
-                " ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) d"
-                " WHERE q.company_id = d.company_id AND q.event_id = d.event_id"
-                " RETURNING q.company_id, q.event_id",
-                now,
-                lease,
-                self.batch,
-            )
-        return [(r["company_id"], r["event_id"]) for r in rows]
+        until = now + timedelta(seconds=self._lease_seconds())
+        busy = {r: n for r, n in self._busy.items() if n > 0}
+        leased = await lease(self.pool, now=now, until=until, limit=free, per_receiver=self.per_receiver, busy=busy)
+        for company_id, event_id, receiver in leased:
+            self._busy[receiver] = self._busy.get(receiver, 0) + 1
+            task = asyncio.create_task(self._attempt(company_id, event_id, receiver, until))
+            self._tasks.add(task)
+            task.add_done_callback(lambda t, r=receiver: self._finished(t, r))
+        self.stats.in_flight = len(self._tasks)
+        return len(leased)
+
+    def _finished(self, task: asyncio.Task, receiver: str) -> None:
+        self._tasks.discard(task)
+        left = self._busy.get(receiver, 1) - 1
+        if left > 0:
+            self._busy[receiver] = left
+        else:
+            self._busy.pop(receiver, None)
+        self.stats.in_flight = len(self._tasks)
+        self._freed.set()
 
     async def run_once(self) -> int:
-        """Attempt every due event once. Returns how many were delivered."""
-        delivered = 0
-        for company_id, event_id in await self._lease():
-            try:
-                delivered += await self._deliver(company_id, event_id)
-            except Exception:  # one bad event must not stop the others
-                log.exception("webhook delivery crashed", extra={"webhook_id": str(event_id)})
-        return delivered
+        """Lease what is due now (within the bounds) and attempt each once. Returns how many were delivered."""
+        before = self.stats.delivered
+        await self._fill()
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+        return self.stats.delivered - before
 
-    async def _deliver(self, company_id: uuid.UUID, event_id: uuid.UUID) -> int:
+    async def run_forever(self) -> None:
+        """Deliver until cancelled. A database outage is logged once by the pool; other scan errors
+        as a warning (never a traceback per poll)."""
+        poll = self.settings.webhook_poll_interval
+        while True:
+            self._freed.clear()
+            try:
+                await self._fill()
+            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+                if not is_outage(exc):
+                    log.warning("webhook scan failed (%s); retrying", exc.__class__.__name__)
+            try:  # until a slot frees up (then lease again at once) or the next poll
+                await asyncio.wait_for(self._freed.wait(), timeout=poll)
+                await asyncio.sleep(_COALESCE)  # a few more completions, one lease for them all
+            except TimeoutError:
+                pass
+
+    async def _attempt(self, company_id: uuid.UUID, event_id: uuid.UUID, receiver: str, held: datetime) -> None:
+        try:
+            await self._deliver(company_id, event_id, receiver, held)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # one bad event must not stop the others; its lease expires: retried
+            if is_outage(exc):
+                log.warning("webhook delivery interrupted by a database outage", extra={"webhook_id": str(event_id)})
+            else:
+                log.exception("webhook delivery crashed", extra={"webhook_id": str(event_id)})
+
+    async def _deliver(self, company_id: uuid.UUID, event_id: uuid.UUID, receiver: str, held: datetime) -> None:
         async with tenant_tx(self.pool, company_id) as conn:
             row = await conn.fetchrow("SELECT * FROM webhook_outbox WHERE id = $1", event_id)
-        if row is None or row["delivered_at"] is not None:
-            await self._dequeue(company_id, event_id)
-            return 0
+        if row is None or row["delivered_at"] is not None or row["dead_at"] is not None:
+            await dequeue(self.pool, company_id, event_id)
+            return
         error: str | None = None
         refused = False
         target = row["target_url"]
@@ -205,6 +293,10 @@ class WebhookWorker:
         elif error is None:
             try:
                 check_target(target, dev_hosts=self._dev_hosts, what="webhook")
+                held = await self._hold(company_id, event_id, held)
+                if held is None:  # another worker has it now: it sends, not this one
+                    self.stats.lost_leases += 1
+                    return
                 error = await self._post(company_id, row, target)
             except (RefusedUrl, _Refused) as exc:
                 error, refused = f"target refused: {exc}", True
@@ -215,50 +307,41 @@ class WebhookWorker:
                     caller=row["caller"],
                     reason=str(exc),
                 )
-        if refused:
-            target = row["target_url"]  # a refused URL is never stored (simulate_shipping copies it)
+        await self._record(company_id, event_id, row, held, target, error, refused)
+
+    async def _hold(self, company_id: uuid.UUID, event_id: uuid.UUID, held: datetime) -> datetime | None:
+        """The lease, renewed when less than one attempt (``webhook_timeout`` + margin) is left of it,
+        so that it outlives the POST. None when it was lost (taken over after expiring)."""
+        now = self.clock.now()
+        if (held - now).total_seconds() >= self.settings.webhook_timeout + _LEASE_MARGIN:
+            return held
+        until = now + timedelta(seconds=self._lease_seconds())
+        return until if await renew(self.pool, company_id, event_id, held, until) else None
+
+    async def _record(self, company_id, event_id, row, held, target, error, refused) -> None:
         now = self.clock.now()
         attempts = row["attempts"] + 1
-        async with tenant_tx(self.pool, company_id) as conn:
-            if error is None:
-                await conn.execute(
-                    "UPDATE webhook_outbox SET attempts = $2, delivered_at = $3, target_url = $4,"
-                    " last_error = NULL WHERE id = $1",
-                    event_id,
-                    attempts,
-                    now,
-                    target,
+        if error is None:
+            await delivered(self.pool, company_id, event_id, now=now, target=target)
+            self.stats.delivered += 1
+            return
+        if refused or attempts >= self.settings.webhook_max_attempts:
+            ok = await dead_letter(self.pool, company_id, event_id, held, now=now, error=error)
+            if ok:
+                self.stats.dead += 1
+                _log.warning(
+                    "webhook_dead_lettered", company_id=str(company_id), webhook_id=str(event_id), attempts=attempts
                 )
-            else:
-                nxt = now + timedelta(
-                    seconds=backoff(attempts, self.settings.webhook_backoff_base, self.settings.webhook_backoff_max)
-                )
-                await conn.execute(
-                    "UPDATE webhook_outbox SET attempts = $2, next_attempt_at = $3, target_url = $4,"
-                    " last_error = $5 WHERE id = $1",
-                    event_id,
-                    attempts,
-                    nxt,
-                    target,
-                    error[:500],
-                )
-        if error is None or refused or attempts >= self.settings.webhook_max_attempts:
-            await self._dequeue(company_id, event_id)
         else:
-            async with platform_scan_tx(self.pool, "webhook_queue") as pconn:
-                await pconn.execute(
-                    "UPDATE webhook_queue SET next_attempt_at = $3 WHERE company_id = $1 AND event_id = $2",
-                    company_id,
-                    event_id,
-                    nxt,
-                )
-        return 1 if error is None else 0
-
-    async def _dequeue(self, company_id: uuid.UUID, event_id: uuid.UUID) -> None:
-        async with platform_scan_tx(self.pool, "webhook_queue") as conn:
-            await conn.execute(
-                "DELETE FROM webhook_queue WHERE company_id = $1 AND event_id = $2", company_id, event_id
+            s = self.settings
+            wait = retry_delay(attempts, s.webhook_backoff_base, s.webhook_backoff_max, self.rand)
+            due = now + timedelta(seconds=wait)
+            ok = await reschedule(
+                self.pool, company_id, event_id, held, due=due, receiver=row["caller"], now=now, error=error
             )
+            self.stats.retried += ok
+        if not ok:
+            self.stats.lost_leases += 1
 
     async def _post(self, company_id: uuid.UUID, row: asyncpg.Record, target: str) -> str | None:
         """One signed POST to ``target`` (already checked): None when delivered, else why not.
@@ -298,14 +381,6 @@ class WebhookWorker:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return f"{exc.__class__.__name__}: {exc}"[:500]
 
-    async def run_forever(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError):
-                log.warning("webhook scan failed; retrying")
-            await asyncio.sleep(self.settings.webhook_poll_interval)
-
 
 def profile_target_resolver(fetcher: ProfileFetcher) -> TargetResolver:
     """Target of a row stored without one (conformance mode, or no acceptable webhook_url when the
@@ -339,6 +414,7 @@ async def webhook_worker_ctx(app: web.Application) -> AsyncIterator[None]:
         signer=app.get(WEBHOOK_SIGNER) or _default_signer,
         resolve_target=app.get(WEBHOOK_TARGETS) or profile_target_resolver(fetcher),
     )
+    app[WEBHOOK_WORKER] = worker
     task = asyncio.create_task(worker.run_forever(), name="ucpgw-webhooks")
     try:
         yield
@@ -346,6 +422,6 @@ async def webhook_worker_ctx(app: web.Application) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await worker.close()
+        await worker.close(grace=min(settings.webhook_timeout, _STOP_GRACE))
         if own is not None:
             await own.close()
