@@ -575,3 +575,21 @@ async def test_attribution_is_accepted_on_create_and_update_and_kept_on_the_orde
     r, err = await _create(client, payload(attribution={"utm_source": 7}))
     assert r.status == 400 and err["code"] == "invalid_request" and "attribution" in err["content"], err
     assert "Retry-After" not in r.headers
+
+
+async def test_update_whose_body_id_differs_from_the_url_is_400_and_changes_nothing(client):
+    """A PUT carrying another checkout's id in its body was accepted silently (the body id dropped)."""
+    r, co = await _create(client, payload(fulfillment=SHIP_US))
+    r2, other = await _create(client, payload(fulfillment=SHIP_US))
+    assert r.status == r2.status == 201
+    for bad in (other["id"], "", 7, None):
+        upd = dict(payload("pot_ceramic", 3, fulfillment=SHIP_US), id=bad)
+        r = await client.put(url(f"/checkout-sessions/{co['id']}"), json=upd, headers=headers(key=new_key()))
+        err = await r.json()
+        assert r.status == 400 and err["code"] == "invalid_request" and err["content"].startswith("$.id"), err
+    r = await client.get(url(f"/checkout-sessions/{co['id']}"), headers=headers())
+    assert (await r.json())["line_items"][0]["item"]["id"] == "bouquet_roses"
+    # the same id as the URL (the whole checkout sent back) is fine
+    upd = dict(payload("pot_ceramic", 3, fulfillment=SHIP_US), id=co["id"])
+    r = await client.put(url(f"/checkout-sessions/{co['id']}"), json=upd, headers=headers(key=new_key()))
+    assert r.status == 200 and (await r.json())["line_items"][0]["quantity"] == 3

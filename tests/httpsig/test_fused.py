@@ -204,13 +204,16 @@ async def test_non_ascii_signature_is_refused_not_500():
 
 @pytest.mark.parametrize(
     "x",
-    ["A", "A" * 45, "é" * 43, [1, 2], {"a": 1}],
-    ids=["one-char", "45-chars", "non-ascii", "list", "object"],
+    ["A", "A" * 45, "é" * 43, [1, 2], {"a": 1}, "off-curve"],
+    ids=["one-char", "45-chars", "non-ascii", "list", "object", "off-curve"],
 )
-async def test_malformed_key_coordinate_is_algorithm_unsupported_on_both_routes(x):
-    """Regression (newcomer, 2026-11-30): a caller's profile key with an undecodable or unhashable
-    ``x`` made both routes raise binascii.Error / TypeError, answered as a 500."""
-    bad = dict(KEY[1], x=x)
+async def test_malformed_key_coordinate_is_profile_malformed_on_both_routes(x):
+    """Regression: a caller's profile key with an undecodable or unhashable ``x`` made both routes
+    raise binascii.Error / TypeError, answered as a 500; then it (and a point not on its curve) was
+    400 algorithm_unsupported. It is a malformed profile: 422 profile_malformed."""
+    from ucp_gateway.httpsig.errors import KeyMalformed
+
+    bad = dict(KEY[1], x=KEY[1]["y"] if x == "off-curve" else x)
     headers = signed()
     got = []
     for route in ("reference", "fused"):
@@ -220,7 +223,10 @@ async def test_malformed_key_coordinate_is_algorithm_unsupported_on_both_routes(
             got.append(await outcome(verify_request(v, resolver, POLICY, NOW, MemoryReplayStore())))
         else:
             got.append(await outcome(verify_fused(v.headers, v.method, v.url, v.body, resolver, POLICY, NOW)))
-    assert [code for code, _ in got] == ["algorithm_unsupported", "algorithm_unsupported"]
+    assert [code for code, _ in got] == ["profile_malformed", "profile_malformed"]
+    with pytest.raises(KeyMalformed) as err:
+        await verify_request(view(headers, body=BODY), StaticKeyResolver({PROFILE: [bad]}), POLICY, NOW, None)
+    assert err.value.http_status == 422
 
 
 @pytest.mark.parametrize(

@@ -386,3 +386,11 @@ async def test_non_ascii_header_lines_read_as_raw_bytes(env):
     # a covered line with a non-ASCII byte is refused as invalid, never a 500
     bad = [(n, v + b"\xe9" if n == "Idempotency-Key" else v) for n, v in hdrs]
     assert await _raw_post(env, bad) == 401
+
+
+async def test_profile_key_off_its_curve_is_422_profile_malformed(env):
+    """A profile key that is not a point on its curve was answered 400 algorithm_unsupported; the
+    profile is malformed (UCP overview "Error Handling"): 422 profile_malformed."""
+    env.profile["profile"]["signing_keys"] = [dict(env.jwk, y=env.jwk["x"])]
+    r = await post(env, headers=signed(env))
+    assert r.status == 422 and (await r.json())["code"] == "profile_malformed", await r.text()

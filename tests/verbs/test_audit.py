@@ -207,3 +207,17 @@ async def test_trail_and_reputation(shop, dispatcher):
     assert scores["inventory_adjust"]["success_rate"] == 0.0
     assert scores["orders.explain_total"]["star_rating"] == 5.0 and scores["orders.explain_total"]["p50_ms"] > 0
     assert scores["customer_delete"]["denial_rate"] == 1.0 and scores["customer_delete"]["success_rate"] is None
+
+
+async def test_trail_refuses_bad_dates_as_argument_errors(shop, dispatcher):
+    """Bad ``since``/``until`` once raised inside the verb (execution_failed and a traceback)."""
+    a = staff(shop, "admin")
+    for bad in ("yesterday", "2026-13-01T00:00:00Z", "2026-04-08T12:00:00", "0001-01-01T00:00:00+05:00", "2026"):
+        for name in ("since", "until"):
+            env = await run(dispatcher, a, "audit.trail", {name: bad})
+            assert not env["ok"] and env["error"]["reason"] == "invalid_arguments", (bad, env)
+            assert env["error"]["path"] == f"$.{name}", env
+    env = await run(
+        dispatcher, a, "audit.trail", {"since": "2026-04-08T00:00:00z", "until": "2026-04-09T00:00:00+02:00"}
+    )
+    assert env["ok"], env

@@ -196,3 +196,17 @@ async def test_capability_manifest_cursor_is_opaque_and_strict(shop, dispatcher)
     for junk in ("%%%", "AAAA", "A", "7aCA", "cGF5bWVudHMucmVmdW5k=", "payments.refund", "x" * 256):
         env = await run(dispatcher, p, "capability.manifest", {"mode": "list", "cursor": junk})
         assert not env["ok"] and env["error"]["reason"] == "invalid_cursor", (junk, env)
+
+
+async def test_discount_value_beyond_bigint_is_an_argument_error(shop, dispatcher, database):
+    """A value of 2**63 or more once raised inside the verb (execution_failed and a traceback)."""
+    p = staff(shop, "employee")
+    for value in (2**63, 2**64 + 5):
+        args = {"code": "HUGE1", "type": "fixed_amount", "value": value}
+        env = await run(dispatcher, p, "discount_create", args, confirm=True)
+        assert env["error"]["reason"] == "invalid_arguments" and "value" in env["error"]["path"], env
+    args = {"code": "MAX1", "type": "fixed_amount", "value": 2**63 - 1}
+    ok = await run(dispatcher, p, "discount_create", args, confirm=True)
+    assert ok["ok"], ok
+    async with tenant_tx(database.pool, shop.id) as c:
+        assert await c.fetchval("SELECT count(*) FROM discounts WHERE code IN ('HUGE1', 'MAX1')") == 1

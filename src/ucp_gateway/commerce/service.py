@@ -26,7 +26,7 @@ from .messages import error, error_envelope
 from .orders import order_snapshot, render_order, shipped_event
 from .payments import demo_charge
 from .status import TERMINAL, InvalidTransition, status_for_messages, transition
-from .validation import parse_complete, parse_state
+from .validation import InvalidRequest, parse_complete, parse_state
 
 __all__ = [
     "CommerceContext",
@@ -192,9 +192,12 @@ async def get(conn: asyncpg.Connection, ctx: CommerceContext, cid: str) -> Outco
 async def update(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, data: dict[str, Any]) -> Outcome:
     """``PUT /checkout-sessions/{id}``: full replacement of the writable state; everything recomputed.
 
-    Raises: InvalidTransition (409) for completed/canceled sessions; InvalidRequest (400).
+    Raises: InvalidTransition (409) for completed/canceled sessions; InvalidRequest (400), also for
+    a body ``id`` (platforms often send the whole checkout back) that is not the URL's ``cid``.
     """
     try:  # parsed first so the row lock and the catalogue are one round trip; refused in the same order
+        if "id" in data and data["id"] != cid:
+            raise InvalidRequest("$.id: the body's id differs from the checkout id in the URL")
         state, bad = parse_state(data, update=True), None
     except Exception as exc:
         state, bad = None, exc

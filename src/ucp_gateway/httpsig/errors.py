@@ -9,6 +9,7 @@
     BadRequest (400)
      +-- DigestMismatch         digest_mismatch
      +-- AlgorithmUnsupported   algorithm_unsupported
+          +-- KeyMalformed      profile_malformed (422)
      +-- InvalidProfileUrl      invalid_profile_url
     GatewayError (424)
      +-- ProfileUnreachable     profile_unreachable
@@ -25,6 +26,7 @@ __all__ = [
     "AlgorithmUnsupported",
     "DigestMismatch",
     "InvalidProfileUrl",
+    "KeyMalformed",
     "KeyNotFound",
     "ProfileUnreachable",
     "SignatureError",
@@ -57,6 +59,16 @@ class DigestMismatch(BadRequest):
 
 class AlgorithmUnsupported(BadRequest):
     code = "algorithm_unsupported"
+
+
+class KeyMalformed(AlgorithmUnsupported):
+    """A profile key that is no key at all: a coordinate that is not base64url of the curve's size,
+    or a point not on its curve. The profile is malformed (UCP overview "Error Handling": 422
+    ``profile_malformed``), not a supported key of an unsupported algorithm. A subclass of
+    AlgorithmUnsupported so the verifier tries the caller's other signatures alike."""
+
+    code = "profile_malformed"
+    http_status = 422
 
 
 class InvalidProfileUrl(BadRequest):

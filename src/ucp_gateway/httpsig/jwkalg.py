@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from http_message_signatures import HTTPMessageSignaturesException, algorithms
 
-from .errors import AlgorithmUnsupported
+from .errors import AlgorithmUnsupported, KeyMalformed
 
 __all__ = [
     "ALGORITHMS_BY_CURVE",
@@ -40,13 +40,13 @@ _CURVES = {"P-256": ec.SECP256R1, "P-384": ec.SECP384R1}
 
 def _b64url(s: Any, size: int) -> int:
     if not isinstance(s, str):
-        raise AlgorithmUnsupported("JWK coordinate must be a base64url string")
+        raise KeyMalformed("JWK coordinate must be a base64url string")
     try:
         raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
     except (binascii.Error, ValueError):  # a bad length or a non-ASCII text: the caller's key, never a 500
-        raise AlgorithmUnsupported("JWK coordinate is not base64url") from None
+        raise KeyMalformed("JWK coordinate is not base64url") from None
     if len(raw) != size:
-        raise AlgorithmUnsupported("JWK coordinate has the wrong length")
+        raise KeyMalformed("JWK coordinate has the wrong length")
     return int.from_bytes(raw, "big")
 
 
@@ -77,7 +77,7 @@ def _coordinates(x: Any, y: Any) -> None:
     """Refuse coordinates that are not strings before they reach a cache key (a list or an object
     in a caller's profile is unhashable: a TypeError there would be a 500)."""
     if type(x) is not str or type(y) is not str:
-        raise AlgorithmUnsupported("JWK coordinate must be a base64url string")
+        raise KeyMalformed("JWK coordinate must be a base64url string")
 
 
 def _public_key(crv: str, x: Any, y: Any, size: int) -> ec.EllipticCurvePublicKey:
@@ -91,13 +91,14 @@ def _public_key_cached(crv: str, x: str, y: str, size: int) -> ec.EllipticCurveP
     try:
         return nums.public_key()  # checks the point is on the curve
     except ValueError as exc:
-        raise AlgorithmUnsupported("JWK is not a valid point on its curve") from exc
+        raise KeyMalformed("JWK is not a valid point on its curve") from exc
 
 
 def public_key_from_jwk(jwk: dict[str, Any]) -> ec.EllipticCurvePublicKey:
     """A cryptography public key from an EC JWK (RFC 7518 §6.2), cached by its coordinates.
 
-    Raises AlgorithmUnsupported for another kty/crv, wrong coordinate sizes or an off-curve point.
+    Raises AlgorithmUnsupported for another kty/crv, KeyMalformed (422 profile_malformed) for
+    coordinates that are not base64url of the curve's size or an off-curve point.
     """
     _alg, size = algorithm_for_jwk(jwk)
     return _public_key(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ..cursors import decode_cursor, encode_cursor
@@ -158,12 +158,29 @@ async def _audit_revert(ctx: VerbContext) -> dict[str, Any]:
     }
 
 
+def _instant(args: dict[str, Any], name: str) -> datetime | None:
+    """``args[name]`` as an aware datetime (RFC 3339 date-time: an offset or ``Z`` is required), or
+    None when absent. Raises VerbError(invalid_arguments) naming the argument."""
+    raw = args.get(name)
+    if not raw:
+        return None
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+        if when.tzinfo is None:
+            raise ValueError("no offset")
+        when.astimezone(UTC)  # a year-1 instant east of UTC has no UTC value
+    except (ValueError, OverflowError, TypeError):
+        raise VerbError(
+            "invalid_arguments", f"{name} must be an RFC 3339 date-time with an offset", path=f"$.{name}"
+        ) from None
+    return when
+
+
 async def _trail(ctx: VerbContext) -> dict[str, Any]:
     from .audit import trail
 
     a = ctx.args
-    since = datetime.fromisoformat(a["since"].replace("Z", "+00:00")) if a.get("since") else None
-    until = datetime.fromisoformat(a["until"].replace("Z", "+00:00")) if a.get("until") else None
+    since, until = _instant(a, "since"), _instant(a, "until")
     before = int(a["cursor"][2:]) if a.get("cursor") else None
     entries, nxt = await trail(
         ctx.conn,

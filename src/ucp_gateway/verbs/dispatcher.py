@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 # Data errors that come from a stored argument value (encoding, range, length), not from a
 # handler bug: answered invalid_arguments. Others (division by zero...) stay execution_failed.
 _UNSTORABLE = (
+    asyncpg.DataError,  # asyncpg cannot encode the value for its parameter (an int beyond int8, ...)
     asyncpg.CharacterNotInRepertoireError,
     asyncpg.UntranslatableCharacterError,
     asyncpg.NumericValueOutOfRangeError,

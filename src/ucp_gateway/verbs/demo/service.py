@@ -156,7 +156,7 @@ def provide(registry: Registry) -> None:
                 ["code", "type", "value"],
                 code={"type": "string", "pattern": "^[A-Z0-9]{3,20}$"},
                 type={"enum": ["percentage", "fixed_amount"]},
-                value={"type": "integer", "minimum": 1},
+                value={"type": "integer", "minimum": 1, "maximum": 2**63 - 1},  # discounts.value is bigint
                 description={"type": "string", "maxLength": 200},
             ),
         },
