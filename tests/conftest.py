@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -25,6 +27,23 @@ from ucp_gateway.db.embedded import start_embedded, stop_embedded
 from ucp_gateway.db.migrate import apply_migrations
 
 _TEMPLATE = f"ucpgw_tpl_{os.getpid()}"
+_OWN_BASETEMP: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give each run a base temp directory of its own outside ``/tmp/pytest-of-<user>``. As root,
+    pgserver runs PostgreSQL as the user ``pgserver`` and opens the directories above its data
+    directory to it (g+rx, o+rx); every pytest start resets ``/tmp/pytest-of-<user>`` to 0700, so
+    a second test run on the same machine cut the first one's servers off their data and sockets."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        path = tempfile.mkdtemp(prefix="ucpgw-pytest-")
+        _OWN_BASETEMP.append(path)
+        config.option.basetemp = path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for path in _OWN_BASETEMP:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -42,6 +42,7 @@ COMMAND_MODULES: list[str] = [
     "ucp_gateway.transports.cli",  # mcp, shortcuts; --gateway on verbs list / agent dispatch
     "ucp_gateway.commerce.catalog_cli",  # catalog import|export (product feeds)
     "ucp_gateway.commerce.webhook_cli",  # webhooks status|dead|retry
+    "ucp_gateway.toolkit.cli",  # sign, verify, keys generate-agent (after keys: it extends that command)
 ]
 
 

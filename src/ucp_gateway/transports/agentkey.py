@@ -1,7 +1,7 @@
 """An agent's signing key for the remote transports (stdio bridge, remote CLI): RFC 9421 requests.
 
-The key is an EC P-256 private JWK named by an environment variable or a file (never a flag, so it
-stays out of shell history and process lists):
+The key is a private JWK, EC P-256 (ES256) or OKP Ed25519 (UCP 2026-08-25), named by an environment
+variable or a file (never a flag, so it stays out of shell history and process lists):
 
 - ``UCPGW_AGENT_KEY``: the JWK JSON itself, or ``UCPGW_AGENT_KEY_FILE``: a path to it;
 - ``UCPGW_AGENT_PROFILE``: the agent's profile URL (it publishes the public key under the same
@@ -25,14 +25,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from http_message_signatures import HTTPMessageSigner, MappingKeyResolver, algorithms
-from joserfc.jwk import ECKey
+from joserfc.jwk import ECKey, OKPKey
 from multidict import CIMultiDict
 
 from ..errors import ConfigError
 
-__all__ = ["ENV_KEY", "ENV_KEY_FILE", "ENV_PROFILE", "AgentKey", "load_agent_key", "sha256_digest"]
+__all__ = [
+    "ENV_KEY",
+    "ENV_KEY_FILE",
+    "ENV_PROFILE",
+    "AgentKey",
+    "agent_key_from_jwk",
+    "generate_agent_jwk",
+    "load_agent_key",
+    "sha256_digest",
+]
 
 ENV_KEY = "UCPGW_AGENT_KEY"
 ENV_KEY_FILE = "UCPGW_AGENT_KEY_FILE"
@@ -57,8 +66,15 @@ class AgentKey:
     """A private signing key, its ``kid`` and the agent's profile URL."""
 
     kid: str
-    private_key: ec.EllipticCurvePrivateKey
+    private_key: ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
     profile_url: str
+
+    @property
+    def algorithm(self) -> Any:
+        """The RFC 9421 algorithm the key fixes: ``ecdsa-p256-sha256`` or ``ed25519``."""
+        if isinstance(self.private_key, ed25519.Ed25519PrivateKey):
+            return algorithms.ED25519
+        return algorithms.ECDSA_P256_SHA256
 
     def sign(self, method: str, url: str, headers: dict[str, str], body: bytes, *, now: dt.datetime) -> dict[str, str]:
         """Headers to send with the request (input headers + UCP-Agent, Content-Digest, Signature-Input,
@@ -78,7 +94,7 @@ class AgentKey:
             h.setdefault("Content-Type", "application/json")
             comps += ["content-digest", "content-type"]
         signer = HTTPMessageSigner(
-            signature_algorithm=algorithms.ECDSA_P256_SHA256,
+            signature_algorithm=self.algorithm,
             key_resolver=MappingKeyResolver(public_keys={}, private_keys={self.kid: self.private_key}),
         )
         msg = _Msg(method.upper(), url, h)
@@ -87,15 +103,52 @@ class AgentKey:
         return dict(h.items())
 
     def public_jwk(self) -> dict[str, Any]:
-        """The public JWK (with ``kid``) the agent's profile publishes."""
-        jwk = ECKey.import_key(self.private_key).as_dict(private=False)
-        return {**jwk, "kid": self.kid}
+        """The public JWK (with ``kid``, ``use: sig`` and ``alg``) the agent's profile publishes."""
+        if isinstance(self.private_key, ed25519.Ed25519PrivateKey):
+            jwk, alg = OKPKey.import_key(self.private_key).as_dict(private=False), "EdDSA"
+        else:
+            jwk, alg = ECKey.import_key(self.private_key).as_dict(private=False), "ES256"
+        return {**jwk, "kid": self.kid, "use": "sig", "alg": alg}
+
+
+def generate_agent_jwk(kind: str = "ES256", kid: str | None = None) -> dict[str, Any]:
+    """A new private JWK for an agent: ``ES256`` (EC P-256) or ``EdDSA`` (OKP Ed25519). ``kid``
+    defaults to the RFC 7638 thumbprint (UCP 2026-08-25 thumbprint keyids). Raises ValueError."""
+    if kind == "ES256":
+        key: Any = ECKey.generate_key("P-256", private=True)
+        alg = "ES256"
+    elif kind == "EdDSA":
+        key, alg = OKPKey.generate_key("Ed25519", private=True), "EdDSA"
+    else:
+        raise ValueError("the key kind must be ES256 or EdDSA")
+    return {**key.as_dict(private=True), "kid": kid or key.thumbprint(), "use": "sig", "alg": alg}
+
+
+def agent_key_from_jwk(data: Any, profile_url: str) -> AgentKey:
+    """An :class:`AgentKey` from a private JWK dict (EC P-256 or OKP Ed25519; ``kid`` defaults to
+    the RFC 7638 thumbprint). Raises ConfigError for anything else."""
+    if not isinstance(data, dict) or "d" not in data:
+        raise ConfigError("the agent key must be a private JWK (EC P-256 or OKP Ed25519)")
+    try:
+        if data.get("kty") == "EC" and data.get("crv") == "P-256":
+            key: Any = ECKey.import_key(data)
+        elif data.get("kty") == "OKP" and data.get("crv") == "Ed25519":
+            key = OKPKey.import_key(data)
+        else:
+            raise ConfigError("the agent key must be a private EC P-256 or OKP Ed25519 JWK")
+    except ConfigError:
+        raise
+    except Exception:
+        raise ConfigError("the agent key is not a valid JWK") from None
+    kid = data.get("kid") or key.thumbprint()
+    return AgentKey(str(kid), key.private_key, profile_url)
 
 
 def load_agent_key(env: dict[str, str] | None = None) -> AgentKey | None:
     """The agent key from the environment (see module docstring), or None when none is configured.
 
-    Raises ConfigError for an unreadable or non-P-256 key, or a key without a profile URL.
+    Raises ConfigError for an unreadable key, one that is neither P-256 nor Ed25519, or a key
+    without a profile URL.
     """
     env = dict(os.environ if env is None else env)
     text = env.get(ENV_KEY)
@@ -108,13 +161,10 @@ def load_agent_key(env: dict[str, str] | None = None) -> AgentKey | None:
         return None
     try:
         data = json.loads(text)
-        key = ECKey.import_key(data)
-    except Exception:
+    except ValueError:
         raise ConfigError("the agent key is not a JWK") from None
-    if data.get("crv") != "P-256" or "d" not in data:
-        raise ConfigError("the agent key must be a private EC P-256 JWK")
     profile = env.get(ENV_PROFILE)
+    key = agent_key_from_jwk(data, profile or "")
     if not profile:
         raise ConfigError(f"{ENV_PROFILE} (the agent's profile URL) is required with an agent key")
-    kid = data.get("kid") or key.thumbprint()
-    return AgentKey(str(kid), key.private_key, profile)  # type: ignore[arg-type]
+    return key
