@@ -45,8 +45,11 @@ __all__ = ["Dispatcher"]
 log = logging.getLogger(__name__)
 # Data errors that come from a stored argument value (encoding, range, length), not from a
 # handler bug: answered invalid_arguments. Others (division by zero...) stay execution_failed.
+# asyncpg's client-side DataError (an InterfaceError and a ValueError; not asyncpg.DataError, which
+# is PostgreSQL's class 22) is only public under asyncpg.exceptions._base
+_ENCODE_ERROR = asyncpg.exceptions._base.DataError
 _UNSTORABLE = (
-    asyncpg.DataError,  # asyncpg cannot encode the value for its parameter (an int beyond int8, ...)
+    _ENCODE_ERROR,  # asyncpg cannot encode the value for its parameter (an int beyond int8, ...)
     asyncpg.CharacterNotInRepertoireError,
     asyncpg.UntranslatableCharacterError,
     asyncpg.NumericValueOutOfRangeError,

@@ -64,8 +64,8 @@ def transient(exc: BaseException) -> bool:
     outside :data:`_BUG_SQLSTATE`. False for anything else (an internal fault: a handler bug)."""
     import asyncpg
 
-    if isinstance(exc, asyncpg.DataError):  # an argument asyncpg cannot encode (an InterfaceError too)
-        return False
+    if isinstance(exc, asyncpg.InterfaceError) and isinstance(exc, ValueError):
+        return False  # asyncpg's client-side DataError: an argument it cannot encode
     if isinstance(exc, (OSError, TimeoutError, asyncpg.InterfaceError)):
         return True
     if not isinstance(exc, asyncpg.PostgresError):
