@@ -133,6 +133,12 @@ class Settings(BaseSettings):
     profile_render_ttl: float = Field(
         default=5.0, ge=0, description="Seconds a rendered profile is reused before keys/sub-agents are re-read."
     )
+    profile_cache_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=0,
+        description="Memory (bytes) the rendered /.well-known/ucp documents may take per process; the ones "
+        "renewed longest ago go first.",
+    )
     agent_graph_page_size: int = Field(default=100, ge=1, le=1000)
     profile_fetch_connect_timeout: float = Field(default=3.0, gt=0)
     profile_fetch_read_timeout: float = Field(default=5.0, gt=0)

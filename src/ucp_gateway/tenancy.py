@@ -212,6 +212,15 @@ _SELECT = (
 )
 
 
+# one directory page: the page's companies by the slug index first (LIMIT before anything else),
+# then each one's hostnames, so a page reads its own rows only, wherever the cursor is
+_PAGE = (
+    "SELECT c.id, c.slug, c.display_name, c.tier, c.signature_policy, c.settings,"
+    " ARRAY(SELECT h.hostname FROM company_hosts h WHERE h.company_id = c.id) AS hosts"
+    " FROM (SELECT * FROM companies WHERE ($1::text IS NULL OR slug > $1) ORDER BY slug LIMIT $2) c ORDER BY c.slug"
+)
+
+
 async def resolve_host(pool: asyncpg.Pool, host: str | None) -> Company | None:
     """The company bound to ``host`` (Host header value), or None for the platform node.
     Raises: CompanyMisconfigured (the company's row cannot be served), database errors."""
@@ -248,11 +257,7 @@ async def list_companies(pool: asyncpg.Pool, *, after_slug: str | None = None, l
     whose settings are not a JSON object: it is listed with empty ``settings`` (and logged), while
     :func:`resolve_host` and :func:`get_company`, which serve it, raise CompanyMisconfigured."""
     async with platform_tx(pool) as conn:
-        rows = await conn.fetch(
-            _SELECT + "WHERE ($1::text IS NULL OR c.slug > $1) GROUP BY c.id ORDER BY c.slug LIMIT $2",
-            after_slug,
-            limit,
-        )
+        rows = await conn.fetch(_PAGE, after_slug, limit)
     return [_row_to_company(r, list(r["hosts"]), serving=False) for r in rows]
 
 
@@ -444,7 +449,7 @@ class HostCache:
 
     MISS = object()  #: what :meth:`cached` returns when the Host needs a lookup
 
-    def __init__(self, ttl: float = 2.0, max_entries: int = 10_000):
+    def __init__(self, ttl: float = 2.0, max_entries: int = 100_000):
         self.ttl = ttl
         self.max_entries = max_entries
         self._entries: dict[str, tuple[float, Company | None]] = {}
@@ -478,9 +483,11 @@ class HostCache:
     async def _lookup(self, pool: asyncpg.Pool, key: str) -> Company | None:
         start = time.monotonic()  # the answer's age counts from before the query
         company = await resolve_host(pool, normalize_host(key))
-        if len(self._entries) >= self.max_entries:
-            self._entries.clear()  # bounded memory; a burst of junk Host headers cannot grow it
-        self._entries[key] = (start + self.ttl, company)
+        entries = self._entries
+        entries.pop(key, None)  # re-inserted last: the oldest entries are the first in the dict
+        while len(entries) >= self.max_entries:  # bounded memory; a burst of junk Host headers
+            del entries[next(iter(entries))]  # evicts the oldest lookups, not every company's
+        entries[key] = (start + self.ttl, company)
         return company
 
     def _done(self, key: str, task: asyncio.Future[Company | None]) -> None:

@@ -18,10 +18,8 @@ keys from ``ucp_gateway.keys.published_jwks``. Other parts plug in with one line
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -30,13 +28,15 @@ from uuid import UUID
 import asyncpg
 import structlog
 from aiohttp import web
-from multidict import CIMultiDict, istr
+from multidict import istr
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
 from ..config import Settings
+from ..db import tenant_tx
 from ..errors import ConfigError, GatewayError
 from ..httpsig.web import KEY_RESOLVER
 from ..keys import published_jwks
+from ..keys.lifecycle import PUBLISHED
 from ..mediatype import json_response
 from ..middleware import PUBLIC_FAST_PATHS, PublicPath
 from ..tenancy import (
@@ -62,6 +62,7 @@ from .builder import (
 )
 from .caching import etag_matches, make_etag
 from .fetcher import ProfileFetcher
+from .profile_cache import RenderedProfiles, hosting_headers
 from .trust import TRUST_CACHE, TrustCache, trust_exempt, trust_middleware
 from .vendor_docs import schema_document, spec_document
 
@@ -99,35 +100,70 @@ def _origin(settings: Settings, host: str) -> str:
     return public_origin(settings.public_scheme, host, settings.public_port)
 
 
-def _hosting_headers(etag: str, max_age: int, content_type: str | None = None) -> CIMultiDict[str]:
-    """``Cache-Control: public, max-age=N``, ``ETag`` and (for a 200) ``Content-Type``, in that order."""
-    headers = CIMultiDict((("Cache-Control", f"public, max-age={max_age}"), ("ETag", etag)))
-    if content_type is not None:
-        headers["Content-Type"] = content_type
-    return headers
-
-
 def _hosted(request: web.Request, body: bytes, etag: str, content_type: str, max_age: int) -> web.Response:
     """200 with ``body``, or 304 when ``If-None-Match`` matches ``etag`` (RFC 9110 §13.1.2)."""
     # several If-None-Match lines are one comma-separated list (RFC 9110 §5.3)
     if etag_matches(",".join(request.headers.getall(_IF_NONE_MATCH, ())), etag):
-        return web.Response(status=304, headers=_hosting_headers(etag, max_age))
-    return web.Response(body=body, headers=_hosting_headers(etag, max_age, content_type))
+        return web.Response(status=304, headers=hosting_headers(etag, max_age))
+    return web.Response(body=body, headers=hosting_headers(etag, max_age, content_type))
+
+
+# the parts of a company's profile in one statement (one transaction, in the company's context):
+# the version they are at (migration 0092), its enabled sub-agents and its published keys
+# (ucp_gateway.keys.published_jwks: pending, active, rotating; active first)
+_PARTS = (
+    "SELECT (SELECT version FROM profile_versions WHERE company_id = $1) AS version,"
+    " ARRAY(SELECT name FROM subagents WHERE enabled ORDER BY name) AS subagents,"
+    " (SELECT coalesce(json_agg(public_jwk ORDER BY (state = 'active') DESC, created_at DESC), '[]')"
+    " FROM company_keys WHERE state = ANY($2::text[])) AS keys"
+)
+_PUBLISHED = [s.value for s in PUBLISHED]
+
+
+async def _profile_document(app: web.Application, company: Company, origin: str) -> tuple[dict[str, Any], Any]:
+    """The company's business profile and the version (migration 0092) its parts were read at.
+    With the default keys provider the parts are one statement; another provider is asked apart,
+    and the version is None (no stamp covers that provider's keys: rendered again every ttl)."""
+    pool = app[DATABASE].pool
+    keys_provider = app[KEYS_PROVIDER]
+    if keys_provider is published_jwks:
+        async with tenant_tx(pool, company.id) as conn:
+            row = await conn.fetchrow(_PARTS, company.id, _PUBLISHED)
+        enabled, keys, version = list(row["subagents"]), row["keys"], row["version"]
+    else:
+        version = None
+        enabled = [n for n, on in (await list_subagents(pool, company.id)).items() if on]
+        keys = await keys_provider(pool, company.id)
+    provider = app[SUBAGENT_PROVIDER]
+    summaries = {n: await provider(company, n) for n in enabled}
+    doc = build_company_profile(
+        origin=origin,
+        vendor=app[VENDOR],
+        subagents=summaries,
+        keys=keys,
+        payment_handlers=await app[PAYMENT_HANDLERS_PROVIDER](company),
+    )
+    return doc, version
+
+
+# the version in ONE statement, in the company's context (set_config in the outer row, which lives as
+# long as the statement's implicit transaction; the LATERAL subquery, kept apart by OFFSET 0, is read
+# after it: the pattern of keys.repository's active-key read)
+_VERSION = (
+    "SELECT v.version FROM (SELECT set_config('app.company_id', $1, true) AS cid) AS ctx"
+    " CROSS JOIN LATERAL (SELECT version FROM profile_versions WHERE company_id = ctx.cid::uuid OFFSET 0) AS v"
+)
+
+
+async def _version(pool: asyncpg.Pool, company_id: UUID) -> UUID | None:
+    """The company's profile version (migration 0092): one small read, one round trip."""
+    return await pool.fetchval(_VERSION, str(company_id))
 
 
 async def company_profile_document(app: web.Application, company: Company, origin: str) -> dict[str, Any]:
     """The company's business profile (also what negotiation intersects against)."""
-    pool = app[DATABASE].pool
-    enabled = [n for n, on in (await list_subagents(pool, company.id)).items() if on]
-    provider = app[SUBAGENT_PROVIDER]
-    summaries = {n: await provider(company, n) for n in enabled}
-    return build_company_profile(
-        origin=origin,
-        vendor=app[VENDOR],
-        subagents=summaries,
-        keys=await app[KEYS_PROVIDER](pool, company.id),
-        payment_handlers=await app[PAYMENT_HANDLERS_PROVIDER](company),
-    )
+    doc, _ = await _profile_document(app, company, origin)
+    return doc
 
 
 class _Pages:
@@ -135,7 +171,7 @@ class _Pages:
     (the rendered profiles' life): the platform document is rendered per Host spelling, so a client
     naming a new Host on every request made every request a directory read. Bounded."""
 
-    def __init__(self, ttl: float, capacity: int = 64):
+    def __init__(self, ttl: float, capacity: int = 1024):
         self.ttl, self.capacity = ttl, capacity
         self._entries: dict[tuple[str | None, int], tuple[float, list[Company]]] = {}
 
@@ -145,9 +181,11 @@ class _Pages:
         if hit is not None and now < hit[0]:
             return hit[1]
         companies = await list_companies(pool, after_slug=after, limit=limit)
-        if len(self._entries) >= self.capacity:
-            self._entries.clear()
-        self._entries[key] = (now + self.ttl, companies)
+        entries = self._entries
+        entries.pop(key, None)  # re-inserted last: the oldest pages are the first in the dict
+        while len(entries) >= self.capacity:
+            del entries[next(iter(entries))]  # evicts the oldest page, not all of them
+        entries[key] = (now + self.ttl, companies)
         return companies
 
 
@@ -182,106 +220,34 @@ _IF_NONE_MATCH = istr("If-None-Match")
 _SIGNATURE, _SIGNATURE_INPUT, _ACCEPT_SIGNATURE = istr("Signature"), istr("Signature-Input"), istr("Accept-Signature")
 
 
-class _Entry:
-    """One rendered profile: its bytes, strong ETag, freshness deadline (monotonic seconds) and the
-    200 and 304 response headers for the ``max_age`` they were built with (rebuilt if the setting
-    changes), so an answer costs one header copy and no formatting."""
-
-    __slots__ = ("body", "etag", "expires", "headers", "max_age", "not_modified")
-
-    def __init__(self, expires: float, body: bytes, etag: str):
-        self.expires = expires
-        self.body = body
-        self.etag = etag
-        self.max_age = -1
-        self.headers: CIMultiDict[str] | None = None
-        self.not_modified: CIMultiDict[str] | None = None
-
-    def response(self, request: web.Request, max_age: int) -> web.Response:
-        """The hosted answer (200 or 304) with ``Cache-Control: public, max-age={max_age}``: what
-        :func:`_hosted` answers for this body (tests/discovery/test_fast_path.py holds them equal)."""
-        if self.max_age != max_age or self.headers is None or self.not_modified is None:
-            self.headers = _hosting_headers(self.etag, max_age, JSON)
-            self.not_modified = _hosting_headers(self.etag, max_age)
-            self.max_age = max_age
-        headers = request.headers
-        # several If-None-Match lines are one comma-separated list (RFC 9110 §5.3)
-        if _IF_NONE_MATCH in headers and etag_matches(",".join(headers.getall(_IF_NONE_MATCH)), self.etag):
-            return web.Response(status=304, headers=self.not_modified)
-        return web.Response(body=self.body, headers=self.headers)
+_RENDERED = web.AppKey("ucpgw.rendered_profiles", RenderedProfiles)
 
 
-class _Rendered:
-    """Rendered profiles per Host: fresh for ``ttl`` seconds, then served stale while ONE background
-    task re-renders (no stampede of DB reads when an entry expires under load). Bounded LRU."""
-
-    def __init__(self, ttl: float, capacity: int = 1024):
-        self.ttl = ttl
-        self.capacity = capacity
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        self._inflight: dict[str, asyncio.Task[_Entry]] = {}
-
-    def fresh(self, key: str) -> _Entry | None:
-        """The entry for ``key`` while it is fresh, else None (the hot path: no closure, no task)."""
-        hit = self._entries.get(key)
-        if hit is not None and time.monotonic() < hit.expires:
-            return hit
-        return None
-
-    async def get(self, key: str, render: Callable[[], Awaitable[bytes]]) -> _Entry:
-        hit = self._entries.get(key)
-        if hit is not None:
-            if time.monotonic() >= hit.expires and key not in self._inflight:
-                self._start(key, render)
-            return hit
-        task = self._inflight.get(key) or self._start(key, render)
-        return await asyncio.shield(task)
-
-    def _start(self, key: str, render: Callable[[], Awaitable[bytes]]) -> asyncio.Task[_Entry]:
-        async def run() -> _Entry:
-            body = await render()
-            entry = _Entry(time.monotonic() + self.ttl, body, make_etag(body))
-            self._entries[key] = entry
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-            return entry
-
-        task = asyncio.ensure_future(run())
-        self._inflight[key] = task
-        task.add_done_callback(lambda t: self._done(key, t))
-        return task
-
-    def _done(self, key: str, task: asyncio.Task[_Entry]) -> None:
-        self._inflight.pop(key, None)
-        if not task.cancelled() and task.exception() is not None:
-            _log.warning("profile_render_failed", host=key, error=type(task.exception()).__name__)
-
-
-_RENDERED = web.AppKey("ucpgw.rendered_profiles", _Rendered)
-
-
-async def _render_document(app: web.Application, host: str, company: Company | None) -> bytes:
+async def _render_document(app: web.Application, host: str, company: Company | None) -> tuple[bytes, Any, Any]:
+    """``(body, company id, version)`` of the document for ``host`` (None, None for the platform node)."""
     if company is None:
         doc = build_platform_profile(vendor=app[VENDOR], first_page=await _graph_page(app, host, None))
+        cid = version = None
     else:
-        doc = await company_profile_document(app, company, _origin(app[SETTINGS], host))
-    return json.dumps(doc, separators=(",", ":")).encode()
+        doc, version = await _profile_document(app, company, _origin(app[SETTINGS], host))
+        cid = company.id
+    return json.dumps(doc, separators=(",", ":")).encode(), cid, version
 
 
-async def _render(app: web.Application, request: web.Request) -> _Entry:
+async def _render(app: web.Application, request: web.Request):
     # keyed by the Host as received, so a hit needs no normalising; rendered with the lower-cased
     # host (case-insensitive, RFC 9110 §4.2.3), so every spelling gets the same bytes
     key = request.host
     host = key.lower()
 
-    async def render() -> bytes:
+    async def render() -> tuple[bytes, Any, Any]:
         company = request.get(REQ_COMPANY, ...)
         if company is ...:  # no tenancy middleware in front of us
             company = await resolve_host(app[DATABASE].pool, normalize_host(host))
         return await _render_document(app, host, company)
 
-    return await app[_RENDERED].get(key, render)
+    pool = app[DATABASE].pool
+    return await app[_RENDERED].get(key, render, lambda cid: _version(pool, cid))
 
 
 def _bad_host() -> web.Response:
@@ -300,7 +266,9 @@ async def well_known_ucp(request: web.Request) -> web.Response:
     return hit.response(request, app[SETTINGS].profile_max_age)
 
 
-def public_fast_path(rendered: _Rendered, settings: Settings) -> Callable[[web.Request, str], web.Response | None]:
+def public_fast_path(
+    rendered: RenderedProfiles, settings: Settings
+) -> Callable[[web.Request, str], web.Response | None]:
     """The answer of ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]``: ``(request, host) -> response | None``.
 
     The foundation layer asks it only for requests the router sent to :func:`well_known_ucp` (GET or
@@ -393,7 +361,7 @@ def setup(app: web.Application) -> None:
     fetcher = ProfileFetcher(settings, clock=app[CLOCK] if CLOCK in app else None)
     app[PROFILE_FETCHER] = fetcher
     app[KEY_RESOLVER] = fetcher  # the signature middleware resolves caller keys through the fetcher
-    rendered = app[_RENDERED] = _Rendered(settings.profile_render_ttl)
+    rendered = app[_RENDERED] = RenderedProfiles(settings.profile_render_ttl, settings.profile_cache_bytes)
     app[_PAGES] = _Pages(settings.profile_render_ttl)
     if KEYS_PROVIDER not in app:
         app[KEYS_PROVIDER] = published_jwks  # pending + active + rotating (ucp_gateway.keys)

@@ -1,0 +1,187 @@
+"""Discovery for any of many companies costs what one company's costs: rendered profiles revalidated
+by the company's version (migration 0092) and rendered from one statement, a cache sized by memory
+that evicts, directory pages that read their own rows, host lookups that evict."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+
+import asyncpg
+import pytest
+from aiohttp import web
+
+from ucp_gateway.appkeys import CLOCK, DATABASE, SETTINGS
+from ucp_gateway.clock import FrozenClock
+from ucp_gateway.discovery import SubagentSummary
+from ucp_gateway.discovery.profile_cache import ENTRY_OVERHEAD, RenderedProfiles
+from ucp_gateway.discovery.web import SUBAGENT_PROVIDER, setup
+from ucp_gateway.keys import KekRing, Vault, attach_vault, ensure_active_key, rotate
+from ucp_gateway.tenancy import SUBAGENTS, HostCache, create_company, list_companies, resolve_host
+
+NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
+
+
+class CountingPool:
+    """The app pool, counting the connections taken from it and the statements sent on it directly."""
+
+    def __init__(self, pool: asyncpg.Pool):
+        self._pool, self.acquired = pool, 0
+
+    def acquire(self, *args, **kwargs):
+        self.acquired += 1
+        return self._pool.acquire(*args, **kwargs)
+
+    async def fetchval(self, *args, **kwargs):
+        self.acquired += 1
+        return await self._pool.fetchval(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._pool, name)
+
+
+async def _version(pool, company_id):
+    from ucp_gateway.discovery.web import _version as read
+
+    return await read(pool, company_id)
+
+
+@pytest.fixture
+def vault(database):
+    v = Vault(KekRing.parse(KekRing.new_entry("kek-1")))
+    attach_vault(database.pool, v)
+    return v
+
+
+async def test_the_version_changes_with_what_the_profile_shows_and_only_for_that_company(database, vault):
+    a = await create_company(database.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
+    b = await create_company(database.pool, slug="bolt", display_name="Bolt")
+    seen = {c.id: await _version(database.pool, c.id) for c in (a, b)}
+    assert None not in seen.values()
+
+    async def changed(step) -> bool:
+        await step()
+        now = {c.id: await _version(database.pool, c.id) for c in (a, b)}
+        assert now[b.id] == seen[b.id]  # the other company's stays
+        moved, seen[a.id] = now[a.id] != seen[a.id], now[a.id]
+        return moved
+
+    assert await changed(lambda: ensure_active_key(database.pool, a.id, now=NOW))
+    assert await changed(lambda: rotate(database.pool, a.id, actor="t", reason="r", now=NOW))
+    owner = await asyncpg.connect(database.owner_dsn)
+    try:
+        assert await changed(
+            lambda: owner.execute("UPDATE subagents SET enabled = false WHERE name = 'ar' AND company_id = $1", a.id)
+        )
+        assert await changed(lambda: owner.execute("INSERT INTO company_hosts VALUES ('www.acme.example', $1)", a.id))
+        assert await changed(lambda: owner.execute("UPDATE companies SET settings = '{\"x\": 1}' WHERE id = $1", a.id))
+        assert not await changed(lambda: owner.execute("SELECT 1"))
+        await owner.execute("DELETE FROM companies WHERE id = $1", a.id)  # its rows go with it, no error
+        assert await owner.fetchval("SELECT count(*) FROM profile_versions WHERE company_id = $1", a.id) == 0
+    finally:
+        await owner.close()
+
+
+def _app(database, settings, renders: list) -> web.Application:
+    async def counting(company, subagent):
+        renders.append(subagent)
+        return SubagentSummary()
+
+    app = web.Application()
+    app[SETTINGS] = settings
+    app[CLOCK] = FrozenClock()
+    app[DATABASE] = database
+    app[SUBAGENT_PROVIDER] = counting
+    setup(app)
+    return app
+
+
+async def test_a_stale_profile_is_renewed_by_its_version_and_rendered_again_when_it_changed(
+    aiohttp_client, database, db_settings, vault
+):
+    c = await create_company(
+        database.pool,
+        slug="acme",
+        display_name="Acme",
+        hostnames=["acme.example"],
+        subagents={n: n == "sales" for n in SUBAGENTS},
+    )
+    await ensure_active_key(database.pool, c.id, now=NOW)
+    pool = CountingPool(database.pool)
+    renders: list[str] = []
+    settings = db_settings.model_copy(update={"profile_render_ttl": 0.1})
+    client = await aiohttp_client(_app(dataclasses.replace(database, pool=pool), settings, renders))
+    first = await client.get("/.well-known/ucp", headers={"Host": "acme.example"})
+    assert first.status == 200 and len(renders) == 1  # one enabled sub-agent summarised: one render
+    # a miss reads the host's company and then the profile's parts in one statement (it was three)
+    assert pool.acquired == 2
+    etag, before = first.headers["ETag"], pool.acquired
+    for _ in range(3):  # stale: served, and renewed by one version read, no render
+        await asyncio.sleep(0.12)
+        again = await client.get("/.well-known/ucp", headers={"Host": "acme.example"})
+        assert again.headers["ETag"] == etag
+        await asyncio.sleep(0.02)
+    assert len(renders) == 1 and pool.acquired - before == 3
+    await rotate(database.pool, c.id, actor="t", reason="r", now=NOW)  # a new pending key: a new version
+    await asyncio.sleep(0.12)
+    await client.get("/.well-known/ucp", headers={"Host": "acme.example"})  # stale, while it renders
+    await asyncio.sleep(0.05)
+    fresh = await client.get("/.well-known/ucp", headers={"Host": "acme.example"})
+    assert fresh.headers["ETag"] != etag and len(renders) == 2
+    assert len((await fresh.json())["signing_keys"]) == 2
+
+
+async def test_the_cache_holds_a_memory_budget_and_evicts_the_oldest():
+    async def version(cid):
+        return None
+
+    cache = RenderedProfiles(ttl=60, max_bytes=3 * (100 + ENTRY_OVERHEAD + 2 * 34))
+    for i in range(5):
+
+        async def render(i=i):
+            return b"x" * 100, None, None
+
+        await cache.get(f"h{i}", render, version)
+    assert len(cache) == 3 and [cache.fresh(f"h{i}") is not None for i in range(5)] == [False, False, True, True, True]
+    assert cache.bytes == 3 * (100 + ENTRY_OVERHEAD + 2 * 34) and cache.bytes <= cache.max_bytes
+
+    async def big():
+        return b"y" * 10_000, None, None
+
+    await cache.get("big", big, version)  # larger than the budget: kept alone, the newest
+    assert len(cache) == 1 and cache.fresh("big") is not None
+
+
+async def test_directory_pages_walk_every_company_once_in_slug_order(database):
+    owner = await asyncpg.connect(database.owner_dsn)
+    try:
+        await owner.execute(
+            "INSERT INTO companies (id, slug, display_name) SELECT gen_random_uuid(), 'co-' || lpad(i::text, 4, '0'),"
+            " 'Co ' || i FROM generate_series(1, 250) i"
+        )
+        await owner.execute(
+            "INSERT INTO company_hosts SELECT slug || '.example', id FROM companies UNION ALL"
+            " SELECT 'www.' || slug || '.example', id FROM companies WHERE slug < 'co-0010'"
+        )
+    finally:
+        await owner.close()
+    seen, after = [], None
+    while page := await list_companies(database.pool, after_slug=after, limit=100):
+        seen.extend(page)
+        after = page[-1].slug
+    assert [c.slug for c in seen] == [f"co-{i:04d}" for i in range(1, 251)]
+    assert seen[0].hostnames == ("co-0001.example", "www.co-0001.example") and seen[99].hostnames == (
+        "co-0100.example",
+    )
+    assert (await resolve_host(database.pool, "www.co-0002.example")).hostnames == seen[1].hostnames
+
+
+async def test_host_lookups_evict_the_oldest_not_all(database):
+    for slug in ("a", "b", "c"):
+        await create_company(database.pool, slug=slug, display_name=slug, hostnames=[f"{slug}.example"])
+    cache = HostCache(ttl=60, max_entries=2)
+    for slug in ("a", "b", "c"):
+        assert (await cache.resolve(database.pool, f"{slug}.example")).slug == slug
+    assert cache.cached("a.example") is HostCache.MISS
+    assert cache.cached("b.example").slug == "b" and cache.cached("c.example").slug == "c"
