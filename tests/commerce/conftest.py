@@ -128,6 +128,9 @@ class Platform:
                 "dev.ucp.shopping.discount",
                 "dev.ucp.shopping.buyer_consent",
                 "dev.ucp.shopping.order",
+                "dev.ucp.shopping.catalog.search",
+                "dev.ucp.shopping.catalog.lookup",
+                "dev.ucp.shopping.cart",
             )
         }
         for n in (

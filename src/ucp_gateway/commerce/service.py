@@ -113,7 +113,18 @@ def _render(ctx: CommerceContext, cid: str, state, priced, status, expires_at, *
 
 async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str, Any]) -> Outcome:
     """``POST /checkout-sessions`` (UCP checkout.md "Create"): 201 with the checkout, or HTTP 200
-    with an error envelope when no requested item can be sold."""
+    with an error envelope when no requested item can be sold. With ``cart_id`` (UCP cart
+    "Cart-to-Checkout Conversion"): the cart's contents (:func:`.carts.checkout_input`), or its open
+    checkout, answered as by get (200)."""
+    cart_id = data.get("cart_id") if isinstance(data, dict) else None
+    if cart_id is not None:
+        from . import carts  # carts builds on this module
+
+        open_id, data = await carts.checkout_input(conn, ctx, data)
+        if open_id is not None:
+            return await get(conn, ctx, open_id)
+        if data is None:
+            return _not_found(ctx, "Cart")
     state = parse_state(data, update=False)
     priced = await _price(conn, ctx, state)
     if priced.nothing_purchasable:
@@ -124,6 +135,10 @@ async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str,
     cid = f"chk_{uuid.uuid4().hex}"
     expires_at = ctx.now + ctx.ttl
     body = _render(ctx, cid, state, priced, priced.status, expires_at)
+    if cart_id is not None:
+        from . import carts
+
+        await carts.link_checkout(conn, ctx, cart_id, cid)
     await repo.insert_checkout(
         conn,
         ctx.company_id,

@@ -5,6 +5,9 @@ Verbs (surface ``ucp``, principal kind ``buyer`` only, sub-agent ``sales``)::
     checkout.create / checkout.update / checkout.cancel   WRITE_REVERSIBLE, no consent step
     checkout.complete                                     WRITE_FINANCIAL, consent = payment credential
     checkout.get / orders.get                             READ
+    catalog.search / catalog.lookup / catalog.product     READ
+    cart.create / cart.update / cart.cancel               WRITE_REVERSIBLE, no consent step
+    cart.get                                              READ
 
 The buyer agent's principal is ``Principal(kind="buyer", role="buyer", subject=<profile URL>)``:
 never counted against company caps (architecture.md "Two kinds of principal"). Arguments carry the
@@ -31,7 +34,7 @@ from ..verbs.context import VerbContext
 from ..verbs.errors import RETRY_HINT, VerbError
 from ..verbs.policy import Consent, PrincipalLimit, RiskClass, VerbPolicy
 from ..verbs.registry import Registry
-from . import service
+from . import carts, catalog_service, service
 from .service import CommerceContext, Outcome
 from .validation import parse_json
 
@@ -52,6 +55,11 @@ def _body(args) -> dict[str, Any]:
     return parse_json(text.encode())
 
 
+async def _cart_cancel(conn: asyncpg.Connection, ctx: CommerceContext, args: dict[str, Any]) -> Outcome:
+    _body(args)  # as checkout cancel: a body sent must be a JSON object
+    return await carts.cancel(conn, ctx, args["id"])
+
+
 async def _cancel(conn: asyncpg.Connection, ctx: CommerceContext, args: dict[str, Any]) -> Outcome:
     _body(args)  # cancel reads no field, but a body sent must still be a JSON object (400 otherwise)
     return await service.cancel(conn, ctx, args["id"])
@@ -64,7 +72,18 @@ VERB_OPS: dict[str, tuple[RiskClass, Op]] = {
     "checkout.complete": (RiskClass.WRITE_FINANCIAL, lambda c, x, a: service.complete(c, x, a["id"], _body(a))),
     "checkout.cancel": (RiskClass.WRITE_REVERSIBLE, _cancel),
     "orders.get": (RiskClass.READ, lambda c, x, a: service.get_order(c, x, a["id"])),
+    "catalog.search": (RiskClass.READ, lambda c, x, a: catalog_service.search(c, x, _body(a))),
+    "catalog.lookup": (RiskClass.READ, lambda c, x, a: catalog_service.lookup(c, x, _body(a))),
+    "catalog.product": (RiskClass.READ, lambda c, x, a: catalog_service.get_product(c, x, _body(a))),
+    "cart.create": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: carts.create(c, x, _body(a))),
+    "cart.get": (RiskClass.READ, lambda c, x, a: carts.get(c, x, a["id"])),
+    "cart.update": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: carts.update(c, x, a["id"], _body(a))),
+    "cart.cancel": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: _cart_cancel(c, x, a)),
 }
+#: the verbs whose arguments carry the resource ``id`` (a path parameter / MCP ``arguments.id``)
+_WITH_ID = frozenset({"checkout.get", "checkout.update", "checkout.complete", "checkout.cancel", "orders.get",
+                      "cart.get", "cart.update", "cart.cancel"})  # fmt: skip
+_ENTITY = {"checkout": "checkout_session", "orders": "order", "catalog": "catalog", "cart": "cart"}
 _DESCRIPTIONS = {
     "checkout.create": "UCP create_checkout: price the line items from the catalogue and open a checkout session.",
     "checkout.get": "UCP get_checkout: the latest state of a checkout session.",
@@ -72,6 +91,13 @@ _DESCRIPTIONS = {
     "checkout.complete": "UCP complete_checkout: charge the payment credential, reserve stock, create the order.",
     "checkout.cancel": "UCP cancel_checkout: cancel a checkout session that is not completed.",
     "orders.get": "UCP get_order: the full order with fulfillment events and adjustments.",
+    "catalog.search": "UCP search_catalog: ranked full-text product search with filters and cursor pages.",
+    "catalog.lookup": "UCP lookup_catalog: products by product or variant id, SKU, GTIN or handle.",
+    "catalog.product": "UCP get_product: one product with its variants and option availability.",
+    "cart.create": "UCP create_cart: a cart priced from the catalogue (estimated totals).",
+    "cart.get": "UCP get_cart: the cart, priced now.",
+    "cart.update": "UCP update_cart: replace the cart's contents (full replacement).",
+    "cart.cancel": "UCP cancel_cart: delete the cart; answers its state before deletion.",
 }
 
 
@@ -87,14 +113,12 @@ def result_of(out: Outcome, *, read: bool, entity: str) -> dict[str, Any]:
 
 
 def _handler(name: str, op: Op, read: bool):
-    entity_type = "checkout_session" if name.startswith("checkout") else "order"
+    entity_type = _ENTITY[name.split(".")[0]]
 
     async def handler(ctx: VerbContext) -> dict[str, Any]:
         cctx = CURRENT.get(None)
         if cctx is None:  # a guard: the dispatcher runs these only for Call(binding="ucp") (run_verb)
-            raise VerbError(
-                "surface_not_allowed", "checkout and order verbs are called through /ucp/v1 or the UCP MCP tools"
-            )
+            raise VerbError("surface_not_allowed", "UCP shopping verbs are called through /ucp/v1 or the UCP MCP tools")
         if not read:  # the operation's last write goes out with the audit row (one round trip)
             cctx = cctx.with_last_write(ctx.write_last)
         args = ctx.args if type(ctx.args) is dict else dict(ctx.args)  # the dispatcher's own copy
@@ -135,7 +159,7 @@ def provide(registry: Registry, *, daily_completes: int | None = None) -> None:
             "raw_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         }
         required = []
-        if name != "checkout.create":
+        if name in _WITH_ID:
             props["id"] = {"type": "string", "minLength": 1, "maxLength": 200}
             required.append("id")
         policy = VerbPolicy(

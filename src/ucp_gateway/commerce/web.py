@@ -8,6 +8,9 @@ Routes (under :data:`REST_PREFIX`, the rest ``endpoint`` path the company profil
     POST /checkout-sessions/{id}/complete     200 (Idempotency-Key required; response signed) | 409
     POST /checkout-sessions/{id}/cancel       200 | 409
     GET  /orders/{id}                         200
+    POST /catalog/search | /catalog/lookup | /catalog/product   200 (UCP catalog rest.md)
+    POST /carts                               201 cart | 200 error envelope (UCP cart rest.md)
+    GET  /carts/{id}  PUT /carts/{id}  POST /carts/{id}/cancel   200
     (a POST/PUT body not labelled ``application/json`` is 415 ``unsupported_media_type``)
     POST /testing/simulate-shipping/{id}      (server root; only with a simulation secret)
 
@@ -215,6 +218,34 @@ async def get_order(request: web.Request) -> web.Response:
     return await _dispatch(request, "orders.get", operation="order")
 
 
+async def search_catalog(request: web.Request) -> web.Response:
+    return await _dispatch(request, "catalog.search", operation="dev.ucp.shopping.catalog.search")
+
+
+async def lookup_catalog(request: web.Request) -> web.Response:
+    return await _dispatch(request, "catalog.lookup", operation="dev.ucp.shopping.catalog.lookup")
+
+
+async def get_product(request: web.Request) -> web.Response:
+    return await _dispatch(request, "catalog.product", operation="dev.ucp.shopping.catalog.lookup")
+
+
+async def create_cart(request: web.Request) -> web.Response:
+    return await _dispatch(request, "cart.create", operation="cart")
+
+
+async def get_cart(request: web.Request) -> web.Response:
+    return await _dispatch(request, "cart.get", operation="cart")
+
+
+async def update_cart(request: web.Request) -> web.Response:
+    return await _dispatch(request, "cart.update", operation="cart")
+
+
+async def cancel_cart(request: web.Request) -> web.Response:
+    return await _dispatch(request, "cart.cancel", operation="cart")
+
+
 def _decoded(request: web.Request, raw: bytes) -> bytes:
     """The body with its Content-Encoding undone (request decompression is off app-wide so that
     Content-Digest covers the bytes as sent); the signatures package does the decoding. Decoded, it
@@ -264,6 +295,13 @@ def setup(app: web.Application) -> None:
     app.router.add_post(f"{p}/checkout-sessions/{{id}}/complete", complete_checkout)
     app.router.add_post(f"{p}/checkout-sessions/{{id}}/cancel", cancel_checkout)
     app.router.add_get(f"{p}/orders/{{id}}", get_order)
+    app.router.add_post(f"{p}/catalog/search", search_catalog)  # UCP catalog rest.md
+    app.router.add_post(f"{p}/catalog/lookup", lookup_catalog)
+    app.router.add_post(f"{p}/catalog/product", get_product)
+    app.router.add_post(f"{p}/carts", create_cart)  # UCP cart rest.md
+    app.router.add_get(f"{p}/carts/{{id}}", get_cart)
+    app.router.add_put(f"{p}/carts/{{id}}", update_cart)
+    app.router.add_post(f"{p}/carts/{{id}}/cancel", cancel_cart)
     if settings.simulation_secret is not None:
         app.router.add_post(SIMULATE_PATH, simulate_shipping)
     setup_pages(app)  # the buyer-facing pages that continue_url, links[] and permalink_url name

@@ -52,6 +52,9 @@ SHOPPING_CAPABILITIES: tuple[tuple[str, str, str, str | None], ...] = (
     ("dev.ucp.shopping.discount", "discount", "discount", "dev.ucp.shopping.checkout"),
     ("dev.ucp.shopping.buyer_consent", "buyer-consent", "buyer_consent", "dev.ucp.shopping.checkout"),
     ("dev.ucp.shopping.order", "order", "order", None),
+    ("dev.ucp.shopping.catalog.search", "catalog/search", "catalog_search", None),
+    ("dev.ucp.shopping.catalog.lookup", "catalog/lookup", "catalog_lookup", None),
+    ("dev.ucp.shopping.cart", "cart", "cart", None),
 )
 
 

@@ -18,13 +18,17 @@ import functools
 from typing import Any
 
 from pydantic import BaseModel
+from ucp_sdk.models.schemas.shopping.cart_create_request import CartCreateRequest
+from ucp_sdk.models.schemas.shopping.cart_update_request import CartUpdateRequest
+from ucp_sdk.models.schemas.shopping.catalog_lookup import GetProductRequest, LookupRequest
+from ucp_sdk.models.schemas.shopping.catalog_search import SearchRequest
 from ucp_sdk.models.schemas.shopping.checkout_complete_request import CheckoutCompleteRequest
 from ucp_sdk.models.schemas.shopping.checkout_create_request import CheckoutCreateRequest
 from ucp_sdk.models.schemas.shopping.checkout_update_request import CheckoutUpdateRequest
 from ucp_sdk.models.schemas.shopping.discount import DiscountsObject
 from ucp_sdk.models.schemas.shopping.types.fulfillment_create_request import FulfillmentCreateRequest
 
-__all__ = ["UCP_RESULT_SCHEMA", "checkout_argument"]
+__all__ = ["UCP_RESULT_SCHEMA", "checkout_argument", "payload_argument"]
 
 UCP_RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -67,5 +71,31 @@ def checkout_argument(operation: str) -> tuple[dict[str, Any], dict[str, Any]]:
             defs = {**sub_defs, **defs}
             props[name] = sub
         schema["properties"] = props
+    schema.pop("title", None)
+    return schema, defs
+
+
+# the payload argument (``catalog`` or ``cart``) of the catalog and cart tools: its UCP request model
+_PAYLOADS: dict[str, type[BaseModel]] = {
+    "search": SearchRequest,
+    "lookup": LookupRequest,
+    "product": GetProductRequest,
+    "cart_create": CartCreateRequest,
+    "cart_update": CartUpdateRequest,
+}
+
+
+@functools.cache
+def payload_argument(operation: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(schema of arguments.catalog / arguments.cart, $defs to hoist)`` for ``search``, ``lookup``,
+    ``product``, ``cart_create``, ``cart_update``. Callers must not mutate the result (shared)."""
+    schema, defs = _split(_PAYLOADS[operation])
+    if operation.startswith("cart"):
+        props = dict(schema.get("properties") or {})
+        props.pop("id", None)  # MCP: the cart object never carries the id (arguments.id does)
+        sub, sub_defs = _split(DiscountsObject)
+        props["discounts"], defs = sub, {**sub_defs, **defs}
+        schema["properties"] = props
+        schema["required"] = [r for r in schema.get("required", []) if r != "id"]
     schema.pop("title", None)
     return schema, defs

@@ -23,7 +23,7 @@ from typing import Any
 import asyncpg
 
 from ..appkeys import DATABASE, SETTINGS
-from ..commerce import service
+from ..commerce import carts, catalog_service, service
 from ..commerce.context import UNVERIFIED, build_context, caller_of, negotiate
 from ..commerce.idempotency import JSON, KEY_MAX_LENGTH, Stored, check_key, fingerprint, run_idempotent, serialize
 from ..commerce.web import run_verb, spend_buyer_budget, verb_dispatcher
@@ -31,12 +31,14 @@ from ..db import tenant_tx
 from ..errors import BadRequest, GatewayError
 from ..jsonbody import dumps_compact
 from .ucp_mcp import McpCall, McpTool
-from .ucp_schemas import UCP_RESULT_SCHEMA, checkout_argument
+from .ucp_schemas import UCP_RESULT_SCHEMA, checkout_argument, payload_argument
 
 __all__ = ["UCP_TOOL_NAMES", "ucp_tools"]
 
 UCP_TOOL_NAMES = ("create_checkout", "get_checkout", "update_checkout", "complete_checkout", "cancel_checkout",
-                  "get_order")  # fmt: skip
+                  "get_order", "search_catalog", "lookup_catalog", "get_product", "create_cart", "get_cart",
+                  "update_cart", "cancel_cart")  # fmt: skip
+_READ_ONLY = frozenset({"get_checkout", "get_order", "search_catalog", "lookup_catalog", "get_product", "get_cart"})
 
 _META = {
     "type": "object",
@@ -66,6 +68,35 @@ def _schema(*, keyed: bool = False, id_: bool = False, checkout: str | None = No
         props["checkout"], req = {**body, "description": "The UCP checkout payload (without id)."}, [*req, "checkout"]
         out["$defs"] = defs
     return {**out, "properties": props, "required": req}
+
+
+def _payload_schema(arg: str, operation: str, *, keyed: bool = False, id_: bool = False) -> dict[str, Any]:
+    """The ``inputSchema`` of a catalog or cart tool: ``meta``, ``id`` when ``id_``, and the payload
+    ``arg`` (``catalog`` / ``cart``) as the UCP request schema of ``operation``."""
+    body, defs = payload_argument(operation)
+    props: dict[str, Any] = {"meta": _META_KEYED if keyed else _META}
+    req = ["meta"]
+    if id_:
+        props["id"], req = _ID, [*req, "id"]
+    props[arg], req = {**body, "description": f"The UCP {arg} payload."}, [*req, arg]
+    return {"type": "object", "$defs": defs, "properties": props, "required": req}
+
+
+def _payload(name: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """The reader of ``arguments.<name>`` (an object; a cart object must not contain ``id``)."""
+
+    def read(args: Mapping[str, Any]) -> dict[str, Any]:
+        data = args.get(name)
+        if not isinstance(data, dict):
+            raise BadRequest(f"arguments.{name} must be an object")
+        if name == "cart" and "id" in data:
+            raise BadRequest("arguments.cart must not contain id (pass it as arguments.id)")
+        return data
+
+    return read
+
+
+_catalog_arg, _cart_arg = _payload("catalog"), _payload("cart")
 
 
 def _checkout_arg(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,12 +187,12 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
         return json.loads(stored.body)
 
     definition = {"name": name, "description": description, "inputSchema": schema, "outputSchema": UCP_RESULT_SCHEMA,
-                  "annotations": {"readOnlyHint": name.startswith("get_"), "openWorldHint": False}}  # fmt: skip
+                  "annotations": {"readOnlyHint": name in _READ_ONLY, "openWorldHint": False}}  # fmt: skip
     return McpTool(definition, run, signed=sign)
 
 
 def ucp_tools() -> dict[str, McpTool]:
-    """The six UCP shopping tools, by name."""
+    """The UCP shopping tools (checkout, order, catalog, cart), by name."""
 
     tools = [
         _tool("create_checkout", "checkout.create", "checkout",
@@ -182,5 +213,28 @@ def ucp_tools() -> dict[str, McpTool]:
               _schema(keyed=True, id_=True), "Cancel a checkout session.", keyed=True, body=lambda a: {}),
         _tool("get_order", "orders.get", "order", lambda c, ctx, a: service.get_order(c, ctx, _id_arg(a)),
               _schema(id_=True), "Get an order by id (UCP order.md)."),
+        _tool("search_catalog", "catalog.search", "dev.ucp.shopping.catalog.search",
+              lambda c, ctx, a: catalog_service.search(c, ctx, _catalog_arg(a)), _payload_schema("catalog", "search"),
+              "Search the shop's products (UCP catalog search): query, filters (categories, price, available), "
+              "pagination.cursor.", body=_catalog_arg),
+        _tool("lookup_catalog", "catalog.lookup", "dev.ucp.shopping.catalog.lookup",
+              lambda c, ctx, a: catalog_service.lookup(c, ctx, _catalog_arg(a)), _payload_schema("catalog", "lookup"),
+              "Look products up by product or variant id, SKU, GTIN or handle (catalog.ids).", body=_catalog_arg),
+        _tool("get_product", "catalog.product", "dev.ucp.shopping.catalog.lookup",
+              lambda c, ctx, a: catalog_service.get_product(c, ctx, _catalog_arg(a)),
+              _payload_schema("catalog", "product"),
+              "One product with its variants and option availability (catalog.id, catalog.selected).",
+              body=_catalog_arg),
+        _tool("create_cart", "cart.create", "cart", lambda c, ctx, a: carts.create(c, ctx, _cart_arg(a)),
+              _payload_schema("cart", "cart_create"), "Create a cart (UCP cart); totals are estimates.",
+              body=_cart_arg),
+        _tool("get_cart", "cart.get", "cart", lambda c, ctx, a: carts.get(c, ctx, _id_arg(a)),
+              _schema(id_=True), "Get a cart by id."),
+        _tool("update_cart", "cart.update", "cart", lambda c, ctx, a: carts.update(c, ctx, _id_arg(a), _cart_arg(a)),
+              _payload_schema("cart", "cart_update", id_=True), "Replace a cart's contents (full replacement).",
+              body=_cart_arg),
+        _tool("cancel_cart", "cart.cancel", "cart", lambda c, ctx, a: carts.cancel(c, ctx, _id_arg(a)),
+              _schema(keyed=True, id_=True), "Cancel (delete) a cart; returns its last state.", keyed=True,
+              body=lambda a: {}),
     ]  # fmt: skip
     return {t.definition["name"]: t for t in tools}

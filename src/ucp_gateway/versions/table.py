@@ -195,7 +195,9 @@ CAPABILITIES: Mapping[str, Mapping[str, CapabilityWire]] = MappingProxyType(
 
 #: What the gateway implements and advertises, in profile order (add a logical name here when its
 #: operations exist; its wire shapes register with :func:`ucp_gateway.versions.register_shape`).
-ADVERTISED: tuple[str, ...] = ("checkout", "fulfillment", "discount", "buyer_consent", "order")
+ADVERTISED: tuple[str, ...] = (
+    "checkout", "fulfillment", "discount", "buyer_consent", "order", "catalog.search", "catalog.lookup", "cart"
+)  # fmt: skip
 
 
 def wire_name(logical: str, version: str) -> str | None:
