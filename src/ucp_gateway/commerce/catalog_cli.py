@@ -93,6 +93,16 @@ def _bar(stream: TextIO) -> Progress:
     return show
 
 
+async def _analyze(db: Database) -> None:
+    from ..db.database import owner_connect
+
+    conn = await owner_connect(db.owner_dsn)
+    try:
+        await conn.execute("ANALYZE catalog_products, products, inventory")
+    finally:
+        await conn.close()
+
+
 async def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     from ..cli import emit
 
@@ -107,6 +117,8 @@ async def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings) as db:
         company = await get_company(db.pool, args.company)
         counts, db_errors = await import_items(db, company.id, items, batch=args.batch, progress=progress)
+        if counts.get("products_inserted", 0) + counts.get("variants_inserted", 0) > 10_000:
+            await _analyze(db)  # fresh planner statistics after a large import (autovacuum comes later)
     errors = sorted(errors + db_errors, key=lambda e: e.line)
     landed = len(items) - len(db_errors)
     summary = {"company": company.slug, "format": fmt, "lines_ok": landed, "lines_refused": len(errors), **counts,

@@ -63,8 +63,8 @@ class SearchQuery:
 # sort -> (key expression, direction). Ties break on id ascending; relevance and price_desc
 # compare their key descending.
 _SORTS = {
-    "relevance": ("ts_rank_cd(p.search, q.q, 1)::float8", "DESC"),
-    "trgm": ("similarity(lower(p.title), q.t)::float8", "DESC"),
+    "relevance": ("ts_rank_cd(p.search, {tsq}, 1)::float8", "DESC"),
+    "trgm": ("similarity(lower(p.title), lower($2::text))::float8", "DESC"),
     "price_asc": ("p.min_price", "ASC"),
     "price_desc": ("p.min_price", "DESC"),
     "title": ("lower(p.title)", "ASC"),
@@ -76,30 +76,42 @@ def _tsquery(text: str, fuzzy: bool) -> tuple[str, str]:
     """``(SQL expression over $2, the parameter)``: websearch syntax, or (the typo fallback without
     pg_trgm) the first half of each word, at least 3 letters, as a prefix: ``tulpis`` -> ``tul:*``."""
     if not fuzzy:
-        return "websearch_to_tsquery('english', $2)", text
+        return "websearch_to_tsquery('english'::regconfig, $2::text)", text
     words = [w for w in "".join(c if c.isalnum() else " " for c in text.lower()).split() if w][:8]
     prefixes = [w[: max(3, len(w) // 2)] for w in words]
-    return "to_tsquery('english', $2)", " & ".join(f"{p}:*" for p in prefixes) or "''"
+    return "to_tsquery('english'::regconfig, $2::text)", " & ".join(f"{p}:*" for p in prefixes) or "''"
+
+
+RANK_CANDIDATES = 1000
 
 
 async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str, Any]]:
     """One page (``q.limit + 1`` rows: the extra one says there is a next page) in one statement.
-    Each row has ``sort_key`` (the keyset value for the next cursor)."""
+    Each row has ``sort_key`` (the keyset value for the next cursor).
+
+    Relevance: the filters and the text match select at most :data:`RANK_CANDIDATES` products (in
+    the index's order), which are ranked; a query that matches more (one common word over 100,000
+    products) is answered from those, so its cost stays bounded (ranking every match of a word in
+    20 % of a large catalogue took longer than the whole request budget). Cursor pages of one
+    query walk the same candidates. Other sorts walk every match in their index order."""
     sort = "trgm" if q.trgm else q.sort
     if q.text is None and sort == "relevance":
         sort = "title"
     key, direction = _SORTS[sort]
     args: list[Any] = [q.limit + 1]
     where = []
+    # the tsquery is written in place (no CTE): the planner then sees a constant it can look up in
+    # the GIN index, where a CTE's value is unknown to it and the match becomes a scan of the company
     if q.trgm:
-        ctes, qparam = "SELECT lower($2::text) AS t", q.text
-        where.append("lower(p.title) % q.t")
+        qparam = q.text
+        where.append("lower(p.title) % lower($2::text)")
     elif q.text is not None:
-        expr, qparam = _tsquery(q.text, q.fuzzy)
-        ctes = f"SELECT {expr} AS q"
-        where.append("p.search @@ q.q")
+        tsq, qparam = _tsquery(q.text, q.fuzzy)
+        key = key.format(tsq=tsq)
+        where.append(f"p.search @@ {tsq}")
     else:
-        ctes, qparam = "SELECT $2::text::tsquery AS q", None  # NULL: browse by filters
+        qparam = None  # browse by filters ($2 unused but typed)
+        where.append("$2::text IS NULL")
     args.append(qparam)
 
     def arg(v: Any) -> str:
@@ -107,6 +119,7 @@ async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str
         return f"${len(args)}"
 
     where.append("p.min_price IS NOT NULL")  # a product without variants is not sold
+    keyset: list[str] = []
     if q.categories:
         where.append(f"p.categories && {arg(list(q.categories))}::text[]")
     if q.currency is not None and (q.price_min is not None or q.price_max is not None):
@@ -125,11 +138,19 @@ async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str
         elif sort in ("price_asc", "price_desc"):
             cast = "::bigint"
         k, i = arg(q.after[0]), arg(q.after[1])
-        where.append(f"({key} {op} {k}{cast} OR ({key} = {k}{cast} AND p.id > {i}::text))")
-    sql = (
-        f"WITH q AS ({ctes}) SELECT {_PRODUCT_COLUMNS}, {key} AS sort_key FROM catalog_products p, q"
-        f" WHERE {' AND '.join(where)} ORDER BY {key} {direction}, p.id LIMIT $1"
-    )
+        keyset.append(f"({key} {op} {k}{cast} OR ({key} = {k}{cast} AND p.id > {i}::text))")
+    if sort in ("relevance", "trgm"):  # rank at most RANK_CANDIDATES matches (see the docstring)
+        sql = (
+            f"WITH m AS MATERIALIZED (SELECT p.* FROM catalog_products p WHERE {' AND '.join(where)}"
+            f" LIMIT {RANK_CANDIDATES})"
+            f" SELECT {_PRODUCT_COLUMNS}, {key} AS sort_key FROM m AS p"
+            f"{' WHERE ' + ' AND '.join(keyset) if keyset else ''} ORDER BY {key} {direction}, p.id LIMIT $1"
+        )
+    else:
+        sql = (
+            f"SELECT {_PRODUCT_COLUMNS}, {key} AS sort_key FROM catalog_products p"
+            f" WHERE {' AND '.join(where + keyset)} ORDER BY {key} {direction}, p.id LIMIT $1"
+        )
     return [dict(r) for r in await conn.fetch(sql, *args)]
 
 
@@ -314,6 +335,15 @@ async def upsert_items(
     )
     if not good:
         return counts, errors
+    old_parents = {  # a variant that moves leaves its old product to be refreshed too
+        r["product_id"]
+        for r in await conn.fetch(
+            "SELECT DISTINCT product_id FROM products WHERE id = ANY($1::text[]) AND product_id IS NOT NULL",
+            [it.variant_id for it in good],
+        )
+    }
+    # the triggers' per-statement refreshes are deferred to one at the end (migration 0065)
+    await conn.execute("SET LOCAL catalog.refresh = 'deferred'")
     rows = await conn.fetch(
         _UPSERT_PRODUCTS.format(action="NOTHING" if keep else _PRODUCTS_UPDATE), company_id, _products_json(good)
     )
@@ -336,6 +366,8 @@ async def upsert_items(
     missing = [s for s in stock if s["stock"] is None]  # a new variant without stock starts at 0
     if missing:
         await conn.execute(_UPSERT_STOCK.format(action="NOTHING"), company_id, missing)
+    await conn.execute("SET LOCAL catalog.refresh = ''")
+    await conn.execute("SELECT catalog_refresh($1::text[])", sorted(old_parents | {it.product_id for it in good}))
     if keep:  # the products migration 0065 made for items the seed has now regrouped
         await conn.execute(
             "DELETE FROM catalog_products c WHERE c.id = ANY($1::text[])"

@@ -1,6 +1,7 @@
 """The shop's buyer-facing web pages: the URLs that UCP responses hand to people.
 
-- ``GET /``: the shop's home page with its products (the ``continue_url`` of ``not_found`` envelopes);
+- ``GET /``: the shop's home page with its products (the ``continue_url`` of ``not_found`` envelopes;
+  :mod:`.catalog_pages` renders it, with the product and cart pages and ``/llms.txt``);
 - ``GET /terms`` and ``GET /privacy``: the checkout's ``links[]`` (``terms_of_service``,
   ``privacy_policy``), with the text in the company's ``settings.commerce.pages`` (``terms``, ``privacy``);
 - ``GET /checkout-sessions/{id}``: the checkout's ``continue_url`` (UCP checkout.md: "an opaque
@@ -204,10 +205,9 @@ def _name(company: Company) -> str:
 
 @_shop_page
 async def home(request: web.Request, company: Company) -> web.Response:
-    async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
-        products = await conn.fetch("SELECT id, title, price, currency FROM products ORDER BY title, id LIMIT 500")
-    rows = [{**dict(p), "currency": p["currency"].strip()} for p in products]
-    return _html(render_home_page(_name(company), rows))
+    from .catalog_pages import home_page  # the catalogue's listing (categories, price ranges, pages)
+
+    return await home_page(request, company, _name(company))
 
 
 def _policy(kind: str):
@@ -337,3 +337,6 @@ def setup_pages(app: web.Application) -> None:
     app.router.add_get("/checkout-sessions/{id}", checkout_page)
     app.router.add_post("/checkout-sessions/{id}/confirm", confirm_checkout)
     app.router.add_get("/orders/{id}", order_page)
+    from .catalog_pages import setup_catalog_pages
+
+    setup_catalog_pages(app)  # product and cart pages, /llms.txt, /robots.txt, /sitemap.xml
