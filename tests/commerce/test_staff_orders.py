@@ -58,6 +58,14 @@ async def test_admin_api_lists_and_shows_real_orders(client, database, company):
     assert "token_ref" not in json.dumps(view) and "success_token" not in json.dumps(view)
     # the completed order's webhook is queued (no worker in this app): its delivery state is shown
     assert [(w["event_type"], w["state"]) for w in view["webhooks"]] == [("order.created", "queued")]
+    assert page2["orders"][0]["webhooks"] == {"delivered": 0, "queued": 1, "dead": 0}
+    async with tenant_tx(database.pool, company.id) as conn:  # the dead-letter state, as the worker sets it
+        await conn.execute("UPDATE webhook_outbox SET dead_at = now(), attempts = 8, last_error = 'HTTP 410'"
+                           " WHERE order_id = $1", first["id"])  # fmt: skip
+    view = await (await client.get(f"/admin/v1/orders/{first['id']}", headers=auth)).json()
+    assert [(w["state"], w["attempts"], w["last_error"]) for w in view["webhooks"]] == [("dead", 8, "HTTP 410")]
+    page2 = await (await client.get("/admin/v1/orders", params={"cursor": page["next_cursor"]}, headers=auth)).json()
+    assert page2["orders"][0]["webhooks"] == {"delivered": 0, "queued": 0, "dead": 1}
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,10 @@ def _list_text(page: dict) -> str:
         return "no orders"
     lines = [f"{'order':38} {'label':10} {'total':>14} {'webhooks':>9}  created_at  platform"]
     for o in page["orders"]:
-        hooks = f"{o['webhooks']['delivered']}/{o['webhooks']['delivered'] + o['webhooks']['undelivered']}"
+        w = o["webhooks"]
+        hooks = f"{w['delivered']}/{w['delivered'] + w['queued'] + w['dead']}"
+        if w["dead"]:
+            hooks += f" ({w['dead']} dead)"
         lines.append(
             f"{o['id']:38} {o['label'] or '':10} {_money(o['total'], o['currency']):>14} {hooks:>9}"
             f"  {o['created_at']}  {o['platform']}"

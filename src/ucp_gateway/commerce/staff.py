@@ -41,10 +41,11 @@ _ID = {"type": "string", "minLength": 1, "maxLength": 200}
 
 def webhook_state(row: Any) -> str:
     """``delivered`` / ``queued`` (due again later; ``attempts`` > 0 means it failed before) /
-    ``dead`` (the retry budget is spent, or the worker gave up): from one ``webhook_outbox`` row."""
+    ``dead`` (a dead letter: the retry budget is spent or the target refused for good; ``ucp-gateway
+    webhooks retry`` queues it again): from one ``webhook_outbox`` row."""
     if row["delivered_at"] is not None:
         return "delivered"
-    return "dead" if "dead_at" in row.keys() and row["dead_at"] is not None else "queued"
+    return "dead" if row["dead_at"] is not None else "queued"
 
 
 def _webhook_wire(row: Any) -> dict[str, Any]:
@@ -57,6 +58,7 @@ def _webhook_wire(row: Any) -> dict[str, Any]:
         "created_at": rfc3339(row["created_at"]),
         "next_attempt_at": rfc3339(row["next_attempt_at"]),
         "delivered_at": rfc3339(row["delivered_at"]) if row["delivered_at"] else None,
+        "dead_at": rfc3339(row["dead_at"]) if row["dead_at"] else None,
         "last_error": row["last_error"],
     }
 
@@ -88,7 +90,7 @@ async def list_orders(conn: asyncpg.Connection, *, limit: int = 20, cursor: str 
     """Newest first: ``{"orders": [summary...], "next_cursor": str | None}``.
 
     A summary is ``{id, label, checkout_id, platform, platform_verified, currency, total,
-    line_items (count), created_at, webhooks: {delivered, undelivered} (counts)}``; ``platform`` is
+    line_items (count), created_at, webhooks: {delivered, queued, dead} (counts)}``; ``platform`` is
     the profile URL of the platform that placed it (``platform_verified``: it signed its requests).
     ``limit`` 1..100. Raises BadRequest (``invalid_cursor``) for a cursor this listing did not write."""
     if not 1 <= limit <= MAX_PAGE:
@@ -100,9 +102,12 @@ async def list_orders(conn: asyncpg.Connection, *, limit: int = 20, cursor: str 
     rows = await conn.fetch(
         "SELECT o.id, o.checkout_id, o.caller, o.currency, o.total, o.created_at,"
         " o.snapshot->>'label' AS label, jsonb_array_length(o.snapshot->'line_items') AS line_count,"
-        " (SELECT count(*) FROM webhook_outbox w WHERE w.order_id = o.id AND w.delivered_at IS NOT NULL) AS delivered,"
-        " (SELECT count(*) FROM webhook_outbox w WHERE w.order_id = o.id AND w.delivered_at IS NULL) AS undelivered"
-        f" FROM orders o {where} ORDER BY o.created_at DESC, o.id DESC LIMIT $1",
+        " w.delivered, w.queued, w.dead"
+        " FROM orders o CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE delivered_at IS NOT NULL) AS delivered,"
+        "   count(*) FILTER (WHERE delivered_at IS NULL AND dead_at IS NULL) AS queued,"
+        "   count(*) FILTER (WHERE delivered_at IS NULL AND dead_at IS NOT NULL) AS dead"
+        "   FROM webhook_outbox WHERE order_id = o.id) w"
+        f" {where} ORDER BY o.created_at DESC, o.id DESC LIMIT $1",
         *args,
     )
     page = rows[:limit]
@@ -116,7 +121,7 @@ async def list_orders(conn: asyncpg.Connection, *, limit: int = 20, cursor: str 
             "total": r["total"],
             "line_items": r["line_count"],
             "created_at": rfc3339(r["created_at"]),
-            "webhooks": {"delivered": r["delivered"], "undelivered": r["undelivered"]},
+            "webhooks": {"delivered": r["delivered"], "queued": r["queued"], "dead": r["dead"]},
         }
         for r in page
     ]
