@@ -1,5 +1,6 @@
 """CLI: ``ucp-gateway keys list|rotate|activate|retire|compromise|advance|rewrap`` and
-``ucp-gateway admin-tokens create``. No command ever prints a private key."""
+``ucp-gateway admin-tokens create|list|revoke``. No command ever prints a private key, and a
+token's text only once, when it is created."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ..clock import SystemClock
 from ..config import Settings
 from ..db import open_database
 from ..tenancy import get_company, list_companies
-from .admin_tokens import ROLES, create_admin_token
+from .admin_tokens import ROLES, create_admin_token, list_admin_tokens, parse_expiry, revoke_admin_token
 from .repository import (
     Vault,
     apply_event,
@@ -99,21 +100,62 @@ async def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
+    now = SystemClock().now()
+    expires = parse_expiry(args.expires, now)
     async with open_database(settings) as db:
         company = await get_company(db.pool, args.company)
         token, tid = await create_admin_token(
-            db.pool, company.id, args.role, now=SystemClock().now(), label=args.label or ""
+            db.pool, company.id, args.role, now=now, label=args.label or "", expires_at=expires
         )
+    until = expires.isoformat().replace("+00:00", "Z") if expires else None
     _emit(
         args,
-        {"token": token, "token_id": str(tid), "role": args.role, "company": company.slug},
-        f"{token}\n(token id {tid}, role {args.role}; shown once, store it now)",
+        {"token": token, "token_id": str(tid), "role": args.role, "company": company.slug, "expires_at": until},
+        f"{token}\n(token id {tid}, role {args.role}, {'expires ' + until if until else 'no expiry'};"
+        " shown once, store it now)",
+    )
+    return 0
+
+
+async def cmd_token_list(args: argparse.Namespace, settings: Settings) -> int:
+    async with open_database(settings) as db:
+        company = await get_company(db.pool, args.company)
+        tokens = await list_admin_tokens(db.pool, company.id, now=SystemClock().now())
+    lines = [
+        f"{t['token_id']}  {t['role']:<9} {t['state']:<7} created {t['created_at']}"
+        + (f" expires {t['expires_at']}" if t["expires_at"] else "")
+        + (f"  {t['label']}" if t["label"] else "")
+        for t in tokens
+    ]
+    _emit(args, tokens, "\n".join(lines) or "no tokens")
+    return 0
+
+
+async def cmd_token_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    from uuid import UUID
+
+    from ..errors import BadRequest, NotFound
+
+    try:
+        tid = UUID(args.token_id)
+    except ValueError:
+        raise BadRequest("token_id must be a token id as admin-tokens list shows it") from None
+    async with open_database(settings) as db:
+        company = await get_company(db.pool, args.company)
+        known = {t["token_id"]: t for t in await list_admin_tokens(db.pool, company.id, now=SystemClock().now())}
+        if str(tid) not in known:
+            raise NotFound(f"no token {tid} for company {company.slug}")
+        revoked = await revoke_admin_token(db.pool, company.id, tid, now=SystemClock().now())
+    _emit(
+        args,
+        {"token_id": str(tid), "state": "revoked", "was_active": revoked},
+        f"token {tid} revoked" if revoked else f"token {tid} was already revoked",
     )
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``keys ...`` and ``admin-tokens create`` to the ``ucp-gateway`` parser."""
+    """Add ``keys ...`` and ``admin-tokens create|list|revoke`` to the ``ucp-gateway`` parser."""
     from ..cli import common_parser
 
     keys = sub.add_parser("keys", help="per-company signing keys")
@@ -148,4 +190,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--company", required=True)
     p.add_argument("--role", required=True, choices=ROLES)
     p.add_argument("--label")
+    p.add_argument("--expires", help="a span (90m, 12h, 30d) or an RFC 3339 date-time; default: until revoked")
     p.set_defaults(func=cmd_token_create)
+    p = ts.add_parser(
+        "list", help="list tokens (id, role, state, times; never the token text)", parents=[common_parser()]
+    )
+    p.add_argument("--company", required=True)
+    p.set_defaults(func=cmd_token_list)
+    p = ts.add_parser(
+        "revoke", help="revoke a token: refused on every process from the next request", parents=[common_parser()]
+    )
+    p.add_argument("--company", required=True)
+    p.add_argument("token_id")
+    p.set_defaults(func=cmd_token_revoke)

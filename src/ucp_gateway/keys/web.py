@@ -8,6 +8,9 @@ Routes (``Authorization: Bearer ucpat_...``; roles read_only < employee < admin 
     POST /admin/v1/keys/{kid}/retire         admin       rotating/pending -> retired
     POST /admin/v1/keys/{kid}/compromise     owner       unpublish at once, replace if active
     POST /admin/v1/signatures/debug          admin       body: a raw HTTP request (text)
+    GET  /admin/v1/admin-tokens              admin       list staff tokens (never their text)
+    POST /admin/v1/admin-tokens              owner       body {"role", "label"?, "expires"?}: a new token, shown once
+    POST /admin/v1/admin-tokens/{id}/revoke  owner       (or the token itself) refused everywhere from the next request
 
 The lifecycle POSTs take an optional ``{"reason": "..."}``; a body under another type than
 ``application/json`` is 415 ``unsupported_media_type``.
@@ -31,7 +34,16 @@ from ..errors import BadRequest, ConfigError, GatewayError
 from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import json_response, require_json_body
 from ..tenancy import resolve_host
-from .admin_tokens import AdminAuthError, StaffPrincipal, authenticate_admin, require_role
+from .admin_tokens import (
+    AdminAuthError,
+    StaffPrincipal,
+    authenticate_admin,
+    create_admin_token,
+    list_admin_tokens,
+    parse_expiry,
+    require_role,
+    revoke_admin_token,
+)
 from .envelope import KekRing
 from .repository import Vault, apply_event, attach_vault, compromise_key, list_keys, rotate
 from .scheduler import run_forever
@@ -180,6 +192,63 @@ async def debug_handler(request: web.Request, p: StaffPrincipal) -> Any:
     )
 
 
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    require_json_body(request, raw)
+    try:
+        data = loads_strict(raw or b"{}")
+    except InvalidJson as exc:
+        raise BadRequest(f"body must be JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("body must be a JSON object")
+    return data
+
+
+@_admin("admin")
+async def tokens_list_handler(request: web.Request, p: StaffPrincipal) -> Any:
+    return {"admin_tokens": await list_admin_tokens(request.app[DATABASE].pool, p.company_id, now=_now(request))}
+
+
+@_admin("owner")
+async def tokens_create_handler(request: web.Request, p: StaffPrincipal) -> Any:
+    data = await _json_object(request)
+    role, label = data.get("role"), data.get("label", "")
+    if not isinstance(label, str) or len(label) > 200:
+        raise BadRequest("label must be a string of at most 200 characters")
+    expires = data.get("expires")
+    if expires is not None and not isinstance(expires, str):
+        raise BadRequest("expires must be a string: a span (90m, 12h, 30d) or an RFC 3339 date-time")
+    now = _now(request)
+    until = parse_expiry(expires, now)
+    token, tid = await create_admin_token(
+        request.app[DATABASE].pool, p.company_id, role if isinstance(role, str) else "", now=now, label=label,
+        expires_at=until,
+    )  # fmt: skip
+    expires_at = until.isoformat().replace("+00:00", "Z") if until else None
+    return {"token": token, "token_id": str(tid), "role": role, "expires_at": expires_at}
+
+
+@_admin("read_only")
+async def tokens_revoke_handler(request: web.Request, p: StaffPrincipal) -> Any:
+    """``POST /admin/v1/admin-tokens/{id}/revoke``: an owner revokes any of the company's tokens; any
+    token may revoke itself (a holder who leaked it need not find an owner first)."""
+    from uuid import UUID
+
+    from ..errors import NotFound
+
+    try:
+        tid = UUID(request.match_info["token_id"])
+    except ValueError:
+        raise NotFound("no such token") from None
+    if tid != p.token_id:
+        require_role(p, "owner")
+    pool = request.app[DATABASE].pool
+    if not any(t["token_id"] == str(tid) for t in await list_admin_tokens(pool, p.company_id, now=_now(request))):
+        raise NotFound("no such token")
+    was_active = await revoke_admin_token(pool, p.company_id, tid, now=_now(request))
+    return {"token_id": str(tid), "state": "revoked", "was_active": was_active}
+
+
 async def _keys_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     pool = app[DATABASE].pool
@@ -220,4 +289,7 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/admin/v1/keys/{kid}/retire", _transition_handler("retire"))
     app.router.add_post("/admin/v1/keys/{kid}/compromise", compromise_handler)
     app.router.add_post("/admin/v1/signatures/debug", debug_handler)
+    app.router.add_get("/admin/v1/admin-tokens", tokens_list_handler)
+    app.router.add_post("/admin/v1/admin-tokens", tokens_create_handler)
+    app.router.add_post("/admin/v1/admin-tokens/{token_id}/revoke", tokens_revoke_handler)
     app.cleanup_ctx.append(_keys_ctx)

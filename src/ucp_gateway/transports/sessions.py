@@ -117,13 +117,14 @@ async def create_session(
 
 
 # A session opened with an admin token (subject "token:<id>", keys.admin_tokens.StaffPrincipal.actor)
-# lives only while that token does: revoking the token ends its sessions (fail closed: a subject of
+# lives only while that token does: revoking the token (or its expiry) ends its sessions (fail closed: a subject of
 # that form naming no active token is no session). Other subjects come from another authenticator.
 _LOAD = (
     "SELECT s.id, s.token_hash, s.subject, s.role, s.expires_at FROM webmcp_sessions s "
     "WHERE s.token_hash = $1 AND s.revoked_at IS NULL AND CASE"
     " WHEN s.subject ~ '^token:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN EXISTS ("
-    "  SELECT 1 FROM admin_tokens t WHERE t.id = substr(s.subject, 7)::uuid AND t.revoked_at IS NULL)"
+    "  SELECT 1 FROM admin_tokens t WHERE t.id = substr(s.subject, 7)::uuid AND t.revoked_at IS NULL"
+    "  AND (t.expires_at IS NULL OR t.expires_at > now()))"
     " ELSE s.subject !~* '^token:' END"
 )
 
