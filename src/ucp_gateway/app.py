@@ -50,6 +50,12 @@ def _httpsig_setup(app: web.Application) -> None:
     setup(app)
 
 
+def _access_setup(app: web.Application) -> None:
+    from .access.web import setup
+
+    setup(app)
+
+
 def _keys_setup(app: web.Application) -> None:
     from .keys.web import setup
 
@@ -100,6 +106,7 @@ COMPONENTS: list[Callable[[web.Application], None]] = [
     _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, fetcher, trust middleware
     _httpsig_setup,  # RFC 9421 verification middleware + response signing
+    _access_setup,  # the other platform proofs, signature policy log counters, /admin/v1/access (docs/access.md)
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
     _agent_graph_setup,  # sub-agent capability configs in /.well-known/ucp from the verb registry
     commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker

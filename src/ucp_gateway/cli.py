@@ -190,7 +190,7 @@ def _register_foundation(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="display name (default: the slug)")
     p.add_argument("--host", action="append", help="hostname bound to the company (repeatable)")
     p.add_argument("--tier", default="starter", choices=["starter", "growth", "pro", "enterprise"])
-    p.add_argument("--signature-policy", default="required", choices=["required", "optional", "off"])
+    p.add_argument("--signature-policy", default="required", choices=["required", "strict", "optional", "log", "off"])
     p.set_defaults(func=cmd_companies_create)
     p = comp.add_parser("import", parents=[common], help="create many companies from a CSV or JSON Lines file")
     p.add_argument("file", help="rows of slug, name, hosts, tier (.csv with a header, or .jsonl)")

@@ -14,6 +14,7 @@ settings are no object). Its known sections, their types, and what a reader does
                                      min_subtotal?}
     commerce.pickup_locations        array of {id, name, address?}                commerce API refused
     commerce.pages                   object: page name -> string                  absent (default text)
+    access.levels                    object: operation -> access level            strictest table (levels.py)
 
 A JSON null, or a missing key, anywhere on a path is absent. "Refused" is :class:`CompanyMisconfigured`
 (HTTP 500 ``company_misconfigured``, a JSON body naming the settings path) for the requests that
@@ -41,6 +42,7 @@ __all__ = [
     "REFUSE",
     "CompanyMisconfigured",
     "SettingError",
+    "access_levels",
     "boolean",
     "check_settings",
     "commerce",
@@ -225,6 +227,21 @@ def pages(value: Any, path: str) -> dict[str, Any]:
     return ps
 
 
+def access_levels(value: Any, path: str) -> dict[str, Any]:
+    """The access table: operation (``levels.OPERATIONS``) -> ``anonymous`` | ``identified`` |
+    ``linked``; the defaults (``levels.DEFAULT_LEVELS``) with these entries applied."""
+    from .levels import level_table
+
+    entries = _object(value, path)
+    for op, level in entries.items():
+        if type(level) is not str:
+            raise SettingError(f"{path}.{op}", "an access level name", level)
+    try:
+        return level_table(entries)
+    except ValueError as exc:
+        raise SettingError(path, "an access table", entries, f"is no access table: {exc}") from None
+
+
 # ---- reading -----------------------------------------------------------------------------------
 
 REFUSE: Any = object()  #: ``on_bad`` of :func:`setting`: raise CompanyMisconfigured
@@ -303,6 +320,7 @@ KNOWN: tuple[tuple[str, Callable[[Any, str], Any]], ...] = (
     ("verbs.daily_caps", daily_caps),
     ("commerce", commerce),
     ("commerce.pages", pages),
+    ("access.levels", access_levels),
 )
 
 

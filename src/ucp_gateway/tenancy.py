@@ -47,7 +47,7 @@ __all__ = [
 
 SUBAGENTS: tuple[str, ...] = ("sales", "ar", "ap", "commissions", "service", "compliance", "marketing", "ops")
 TIERS: tuple[str, ...] = ("starter", "growth", "pro", "enterprise")  # ordered low -> high
-SIGNATURE_POLICIES: tuple[str, ...] = ("required", "optional", "off")
+SIGNATURE_POLICIES: tuple[str, ...] = ("required", "optional", "log", "off")  # docs/access.md; "strict" = required
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 _HOST_PORT = re.compile(r"^[^:]*:\d*$")  # one colon, digits after it: host:port, not an IPv6 literal
@@ -389,6 +389,7 @@ def company_row(
 ) -> CompanyRow:
     """The company :func:`create_company` would write, validated, with a new id (pure). Raises
     BadRequest as :func:`create_company` does for invalid fields."""
+    signature_policy = "required" if signature_policy == "strict" else signature_policy
     hosts = _validate(slug, display_name, tier, signature_policy, list(hostnames))
     settings = check_settings(settings)
     enabled = {name: True for name in SUBAGENTS} | {k: bool(v) for k, v in (subagents or {}).items()}

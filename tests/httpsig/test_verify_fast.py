@@ -256,5 +256,5 @@ def test_frozen_constructor_equals_dataclass_init():
         made.kid = "other"  # type: ignore[misc]
     with pytest.raises(TypeError):
         frozen_constructor(VerifiedSignature)(*vals[:-1])
-    p = (uuid.uuid4(), PROFILE, "k", "buyer", True, "agent")
-    assert frozen_constructor(AgentPrincipal)(*p) == AgentPrincipal(*p[:5])
+    p = (uuid.uuid4(), PROFILE, "k", "buyer", True, "agent", "signature")
+    assert frozen_constructor(AgentPrincipal)(*p) == AgentPrincipal(*p)

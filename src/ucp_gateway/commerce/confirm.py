@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 #: escalation code -> what the buyer does on the page ("confirm": review and agree)
-PAGE_RESOLVES: Final[Mapping[str, str]] = {"amount_limit_exceeded": "confirm"}
+PAGE_RESOLVES: Final[Mapping[str, str]] = {"amount_limit_exceeded": "confirm", "buyer_handoff_required": "confirm"}
 
 
 def checkout_digest(line_items: list[Mapping[str, Any]], totals: list[Mapping[str, Any]], currency: str) -> str:

@@ -23,7 +23,7 @@ import http_sf
 from aiohttp import web
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
-from ..company_settings import commerce, setting
+from ..company_settings import access_levels, commerce, setting
 from ..config import Settings
 from ..discovery.agent_header import parse_ucp_agent
 from ..discovery.errors import CapabilitiesIncompatible, ProfileMalformed, VersionUnsupported
@@ -31,7 +31,9 @@ from ..discovery.service import negotiate_request
 from ..discovery.ssrf import RefusedUrl, check_target
 from ..discovery.trust import REQ_AGENT_ROLE
 from ..discovery.web import PROFILE_FETCHER
-from ..errors import BadRequest, GatewayError, NotFound
+from ..errors import BadRequest, GatewayError, NotFound, Unauthorized
+from ..httpsig.web import effective_mode
+from ..levels import DEFAULT_LEVELS, OPEN_LEVELS, OPERATIONS, STRICT_LEVELS, AccessLevel
 from ..logs import get_logger
 from ..tenancy import Company, public_origin, resolve_host, valid_host_header
 from .catalog import PickupLocation
@@ -54,6 +56,7 @@ __all__ = [
     "negotiated_capabilities",
     "payment_handlers",
     "request_limit_key",
+    "require_access",
     "webhooks_for",
 ]
 
@@ -411,6 +414,19 @@ def _shop_parts(base_url: str, settings: Settings, cs: Mapping[str, Any], neg: N
 _NO_SETTINGS: dict[str, Any] = {}
 
 
+def _access_level(request: web.Request) -> str:
+    """The level of the request's principal (the signature layer's; anonymous without one)."""
+    return getattr(request.get(REQ_PRINCIPAL), "level", AccessLevel.ANONYMOUS)
+
+
+def require_access(ctx: CommerceContext, operation: str) -> None:
+    """Refuse an operation the caller's access level may not run (the company's access table).
+    Raises: Unauthorized (401 ``unauthorized``; the foundation adds the ``WWW-Authenticate``)."""
+    if not ctx.permits(operation):
+        what = OPERATIONS.get(operation, operation)
+        raise Unauthorized(f"{what}: needs an identified platform (a signature, an API key or an OAuth token)")
+
+
 def build_context(request: web.Request, company: Company, caller: str, neg: Negotiation | None) -> CommerceContext:
     """The CommerceContext of one request: company, caller, clock, shop facts and negotiation.
 
@@ -428,6 +444,10 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
     # fails closed: these keys set prices, the buyer agent's amount limit and what is offered, so a
     # checkout is not computed without them (page texts, cosmetic, are not read here)
     cs = setting(company, "commerce", commerce, default=_NO_SETTINGS)
+    # an unreadable access table fails closed: everything but discovery needs a platform proof
+    table = setting(company, "access.levels", access_levels, default=DEFAULT_LEVELS, on_bad=STRICT_LEVELS)
+    if effective_mode(company.signature_policy, settings.dev_mode) == "off":
+        table = OPEN_LEVELS  # development: nothing is verified, so nothing is gated
     parts = _shop_parts(base_url, settings, cs, neg)
     return CommerceContext(
         company_id=company.id,
@@ -441,4 +461,6 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
         max_order_amount=cs.get("buyer_max_order_amount", settings.buyer_max_order_amount),
         pickup_locations=parts.pickup,
         webhook_url=neg.webhook_url if neg and webhooks_for(caller, settings.dev_mode) else None,
+        access_level=_access_level(request),
+        access_table=table,
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 
+from ..levels import DEFAULT_LEVELS, AccessLevel, permits
 from . import repo
 from .catalog import PickupLocation
 from .checkout import ShopInfo, price_checkout, render_checkout, rfc3339
@@ -29,6 +30,7 @@ from .status import TERMINAL, InvalidTransition, status_for_messages, transition
 from .validation import InvalidRequest, parse_complete, parse_state
 
 __all__ = [
+    "HANDOFF_CODE",
     "CommerceContext",
     "Outcome",
     "cancel",
@@ -54,7 +56,8 @@ class CommerceContext:
     """Everything an operation needs besides the connection.
 
     ``caller`` is the verified platform profile URL (the buyer agent); ``max_order_amount`` is the
-    per-buyer-agent amount limit in minor units (None = unlimited).
+    per-buyer-agent amount limit in minor units (None = unlimited). ``access_level`` is the caller's
+    (:mod:`ucp_gateway.levels`) and ``access_table`` the company's: :meth:`permits` reads them.
     """
 
     company_id: uuid.UUID
@@ -70,6 +73,12 @@ class CommerceContext:
     webhook_url: str | None = None  # the platform's order webhook_url, from negotiation
     # runs an operation's last write (verb runtime: with the audit row, one round trip); None = at once
     last_write: repo.LastWrite | None = None
+    access_level: str = AccessLevel.IDENTIFIED
+    access_table: Any = field(default_factory=lambda: DEFAULT_LEVELS)
+
+    def permits(self, operation: str) -> bool:
+        """Whether this caller's access level may run ``operation`` (``levels.OPERATIONS``)."""
+        return permits(self.access_table, self.access_level, operation)
 
     def with_last_write(self, last_write: repo.LastWrite | None) -> CommerceContext:
         """A copy with ``last_write`` set (what ``dataclasses.replace`` gives, without its per-call
@@ -247,6 +256,11 @@ async def cancel(conn: asyncpg.Connection, ctx: CommerceContext, cid: str) -> Ou
     return Outcome(200, body)
 
 
+#: The escalation of a complete the caller's access level may not run (UCP checkout.md "requires_escalation":
+#: the buyer finishes at continue_url); the confirmation page resolves it (confirm.PAGE_RESOLVES).
+HANDOFF_CODE = "buyer_handoff_required"
+
+
 class _Abort(Exception):
     def __init__(self, messages: list[dict[str, Any]]):
         self.messages = messages
@@ -277,7 +291,17 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
                 path="$.payment.instruments[0].handler_id",
             )
         )
-    if (
+    if not ctx.permits("checkout.complete") and not await has_confirmation(
+        conn, cid, checkout_digest(priced.line_items, priced.totals, ctx.currency)
+    ):  # an agent whose level may not place orders hands the buyer over to the continue_url page
+        extra.append(
+            error(
+                HANDOFF_CODE,
+                "This agent is not identified to the shop: the buyer completes the purchase on the shop's page.",
+                severity="requires_buyer_input",
+            )
+        )
+    elif (
         ctx.max_order_amount is not None
         and priced.total > ctx.max_order_amount
         and not await has_confirmation(conn, cid, checkout_digest(priced.line_items, priced.totals, ctx.currency))

@@ -48,6 +48,7 @@ from .context import (
     company_of,
     negotiate,
     request_limit_key,
+    require_access,
 )
 from .idempotency import JSON, Stored, check_key, fingerprint, run_idempotent, serialize
 from .service import CommerceContext
@@ -98,6 +99,8 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
         neg = await negotiate(request, company, operation)
         caller = caller_of(request, neg)
         ctx = build_context(request, company, caller, neg)
+        if operation == "order":
+            require_access(ctx, "orders")  # UCP order.md: Get Order MUST be authenticated
         raw = request.get(REQ_RAW_BODY)
         if raw is None:
             raw = await request.read()

@@ -8,6 +8,20 @@ Installed by :func:`setup`. Request storage it fills (keys from :mod:`ucp_gatewa
 - ``request[REQ_PRINCIPAL]``: :class:`AgentPrincipal` on verified company routes (admin routes set
   a ``StaffPrincipal`` instead).
 
+The other platform proofs (API keys, OAuth bearer tokens, mTLS, Web Bot Auth) plug in as
+``app[PROOF_VERIFIERS]``: each ``async (request, company) -> AgentPrincipal | None`` returns None
+when its proof is absent, the principal when it checks out, and raises a 401 GatewayError when it is
+present but wrong (never a downgrade). A signed request must also bind to the same profile as any
+other proof it carries. Every answer on a company's UCP routes echoes the caller's access level
+(``UCP-Access-Level``, :mod:`ucp_gateway.levels`).
+
+Signature policies (``companies.signature_policy``): ``required`` (also spelt ``strict``) refuses a
+request without a valid proof, except on open doors (``appkeys.open_door``); ``optional`` lets an
+unsigned request through as ``anonymous`` (a present proof is still verified); ``log`` answers as
+``optional`` does but counts, with the reason, every request ``required`` would have refused,
+a wrong proof included (it is then served as ``anonymous``, never as its claim); ``off`` verifies
+nothing (development only; elsewhere it is ``required``).
+
 URL components come from the configured scheme + the Host (allow-listed: it resolved to a company)
 + ``request.raw_path``; header lines are taken raw in wire order (RFC 9421 §7.4.3, pitfalls 4-8).
 """
@@ -34,8 +48,10 @@ from ..company_settings import boolean, setting
 from ..config import Settings
 from ..db import COMMIT_PROBE, CommitProbe
 from ..errors import BadRequest, GatewayError
+from ..levels import ACCESS_LEVEL_HEADER, AccessLevel, ProofKind
 from ..mediatype import DECODED_CODINGS, json_response
 from ..tenancy import resolve_host
+from .errors import SignatureInvalid, SignatureMissing
 from .fused import verify_fused
 from .policy import SignaturePolicy
 from .replay import PgReplayStore, ReplayStore
@@ -47,10 +63,13 @@ from .verify import frozen_constructor, verify_request
 
 __all__ = [
     "KEY_RESOLVER",
+    "POLICY_COUNTER",
+    "PROOF_VERIFIERS",
     "REPLAY_STORE",
     "REQ_SIGNATURE",
     "REQ_SIGN_RESPONSE",
     "AgentPrincipal",
+    "count_policy_refusal",
     "decoded_body",
     "effective_mode",
     "mark_for_signing",
@@ -71,6 +90,10 @@ _SIGNING_KEYS = web.AppKey("ucpgw.signing_keys", SigningKeys)
 KEY_RESOLVER = web.AppKey("ucpgw.key_resolver", KeyResolver)  # type: ignore[type-abstract]
 REPLAY_STORE = web.AppKey("ucpgw.replay_store", PgReplayStore)
 _DEFAULT_RESOLVER = web.AppKey("ucpgw.httpsig.default_resolver", ProfileKeyResolver)
+#: ``async (request, company) -> AgentPrincipal | None`` each; see the module docstring
+PROOF_VERIFIERS = web.AppKey("ucpgw.proof_verifiers", list)
+#: ``async (request, company, reason_code) -> None``: what ``log`` policy served that ``required`` refuses
+POLICY_COUNTER = web.AppKey("ucpgw.policy_counter", object)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +102,8 @@ class AgentPrincipal:
 
     ``role`` is ``buyer`` for a verified platform (outside the staff ladder, docs/architecture.md)
     and ``read_only`` (the lowest role) for an unsigned caller under ``optional``/``off`` policy.
+    ``proof``: a :class:`~ucp_gateway.levels.ProofKind` value; ``kid``: the signature's key id, or the
+    id of the credential that proved it (API key, OAuth client).
     """
 
     company_id: UUID
@@ -87,16 +112,24 @@ class AgentPrincipal:
     role: str
     authenticated: bool
     kind: str = "agent"
+    proof: str = ProofKind.NONE
+
+    @property
+    def level(self) -> AccessLevel:
+        """``identified`` for a verified proof, else ``anonymous``."""
+        return AccessLevel.IDENTIFIED if self.authenticated else AccessLevel.ANONYMOUS
 
 
 _principal = frozen_constructor(AgentPrincipal)
+_SIGNED = ProofKind.SIGNATURE
 
 
 def effective_mode(signature_policy: str, dev_mode: bool) -> str:
-    """``off`` is honoured only in dev mode; otherwise it fails closed to ``required``."""
+    """``required`` | ``optional`` | ``log`` | ``off``: ``strict`` is ``required``; ``off`` is honoured
+    only in dev mode; anything else fails closed to ``required``."""
     if signature_policy == "off" and not dev_mode:
         return "required"
-    return signature_policy if signature_policy in ("required", "optional", "off") else "required"
+    return signature_policy if signature_policy in ("required", "optional", "log", "off") else "required"
 
 
 def policy_from_settings(s: Settings) -> SignaturePolicy:
@@ -244,6 +277,38 @@ def _wants_signature(request: web.Request, company, settings: Settings) -> bool:
     )
 
 
+async def _other_proof(app: web.Application, request: web.Request, company) -> AgentPrincipal | None:
+    """The principal of the first non-signature proof present (``app[PROOF_VERIFIERS]``), or None.
+    Raises the verifier's 401 for a proof that is present but wrong."""
+    for verify in app.get(PROOF_VERIFIERS, ()):
+        principal = await verify(request, company)
+        if principal is not None:
+            return principal
+    return None
+
+
+async def _verify_signature(app: web.Application, request: web.Request, settings: Settings, clock, body: bytes):
+    """The request's RFC 9421 signature, verified (UCP signatures.md). Raises the signature errors."""
+    resolver = app.get(KEY_RESOLVER) or app[_DEFAULT_RESOLVER]
+    replay: ReplayStore | None = app.get(REPLAY_STORE)
+    policy, now, scheme = policy_from_settings(settings), clock.now(), settings.public_scheme
+    headers = request.headers
+    # the usual request in one pass; anything else (None) through the reference path
+    url = f"{scheme}://{headers.get('Host') or request.host}{request.raw_path}"  # as request_view
+    sig = await verify_fused(headers, request.method, url, body, resolver, policy, now, replay)
+    if sig is None:
+        sig = await verify_request(request_view(request, body, scheme), resolver, policy, now, replay)
+    return sig
+
+
+async def count_policy_refusal(request: web.Request, company, reason: str) -> None:
+    """Record that ``log`` policy served a request ``required`` would refuse with ``reason`` (a wire
+    code such as ``signature_missing``), through ``app[POLICY_COUNTER]`` when one is installed."""
+    counter = request.app.get(POLICY_COUNTER)
+    if counter is not None:
+        await counter(request, company, reason)  # type: ignore[operator]
+
+
 def _staff_bearer(request: web.Request, settings: Settings) -> bool:
     """An unsigned call on a staff route carrying ``Authorization: Bearer ...``."""
     auth = request.headers.get("Authorization", "")
@@ -293,26 +358,34 @@ async def signature_middleware(
         # Company staff authenticate with an admin API token on the staff routes; the route's
         # handler verifies it (401 otherwise), so no signature is asked of them.
         return await handler(request)
-    if mode == "off" or (not signed and (mode == "optional" or is_open_door(request.match_info.handler))):
-        request[REQ_PRINCIPAL] = AgentPrincipal(company.id, None, None, "read_only", False)
-    else:
-        resolver = app.get(KEY_RESOLVER) or app[_DEFAULT_RESOLVER]
-        replay: ReplayStore | None = app.get(REPLAY_STORE)
-        policy, now, scheme = policy_from_settings(settings), clock.now(), settings.public_scheme
+    principal: AgentPrincipal | None = None
+    if mode != "off":
         try:
-            # the usual request in one pass; anything else (None) through the reference path
-            url = f"{scheme}://{headers.get('Host') or request.host}{raw_path}"  # as request_view
-            sig = await verify_fused(headers, request.method, url, body, resolver, policy, now, replay)
-            if sig is None:
-                sig = await verify_request(request_view(request, body, scheme), resolver, policy, now, replay)
+            other = await _other_proof(app, request, company)
+            if signed or (other is None and mode == "required" and not is_open_door(request.match_info.handler)):
+                sig = await _verify_signature(app, request, settings, clock, body)
+                if other is not None and other.profile_url != sig.profile_url:
+                    # UCP overview "Identity Binding": every proof must name the same platform
+                    raise SignatureInvalid("the request's proofs name different platforms")
+                request[REQ_SIGNATURE] = sig
+                principal = _principal(company.id, sig.profile_url, sig.kid, "buyer", True, "agent", _SIGNED)
+            else:
+                principal = other
+                if other is None and mode == "log" and not is_open_door(request.match_info.handler):
+                    raise SignatureMissing("request is not signed")
         except GatewayError as exc:
             log.info("signature rejected", extra={"code": exc.code, "company": company.slug})
-            if exc.code == "signature_missing" and request.path.startswith(tuple(settings.httpsig_staff_prefixes)):
-                # a staff route: the caller more likely lacks its admin API token than a signature
-                exc = type(exc)("request is not signed; staff send Authorization: Bearer <admin API token> instead")
-            return _error_response(exc)
-        request[REQ_SIGNATURE] = sig
-        request[REQ_PRINCIPAL] = _principal(company.id, sig.profile_url, sig.kid, "buyer", True, "agent")
+            if mode != "log":
+                if exc.code == "signature_missing" and request.path.startswith(tuple(settings.httpsig_staff_prefixes)):
+                    # a staff route: the caller more likely lacks its admin API token than a signature
+                    exc = type(exc)("request is not signed; staff send Authorization: Bearer <admin API token> instead")
+                return _error_response(exc)
+            await count_policy_refusal(request, company, exc.code)  # log: served as anonymous, counted
+            principal = None
+            request[REQ_SIGNATURE] = None
+    if principal is None:
+        principal = AgentPrincipal(company.id, None, None, "read_only", False)
+    request[REQ_PRINCIPAL] = principal
     request[REQ_SIGN_RESPONSE] = False
     keys = app.get(_SIGNING_KEYS)
     probe = keys.probe(company.id) if keys is not None else None
@@ -326,6 +399,8 @@ async def signature_middleware(
             response = await handler(request)
         finally:
             COMMIT_PROBE.reset(token)
+    if ACCESS_LEVEL_HEADER not in response.headers:
+        response.headers[ACCESS_LEVEL_HEADER] = principal.level
     if isinstance(response, web.Response) and _wants_signature(request, company, settings):
         pool = app[DATABASE].pool
         try:

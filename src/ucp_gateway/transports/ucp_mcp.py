@@ -44,7 +44,7 @@ from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS, open_door
 from ..commerce.context import UNVERIFIED
 from ..errors import BadRequest, GatewayError, NotFound
 from ..httpsig.errors import SignatureMissing
-from ..httpsig.web import effective_mode, mark_for_signing
+from ..httpsig.web import count_policy_refusal, effective_mode, mark_for_signing
 from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import json_response, json_type_problem
 from ..verbs.decide import Call
@@ -261,6 +261,8 @@ class _Handlers:
         arguments = params.get("arguments", {}) if params else None
         if not isinstance(name, str) or not isinstance(arguments, Mapping):
             raise RpcError(INVALID_PARAMS, "tools/call needs a string name and an object arguments")
+        if self.principal is None and effective_mode(self.company.signature_policy, self.settings.dev_mode) == "log":
+            await count_policy_refusal(self.request, self.company, "signature_missing")  # required would refuse it
         if tool is not None:
             principal = self._caller(arguments)
             payload = await tool.call(McpCall(self.request, self.company, principal, arguments))

@@ -24,7 +24,7 @@ import asyncpg
 
 from ..appkeys import DATABASE, SETTINGS
 from ..commerce import carts, catalog_service, service
-from ..commerce.context import UNVERIFIED, build_context, caller_of, negotiate
+from ..commerce.context import UNVERIFIED, build_context, caller_of, negotiate, require_access
 from ..commerce.idempotency import JSON, KEY_MAX_LENGTH, Stored, check_key, fingerprint, run_idempotent, serialize
 from ..commerce.web import run_verb, spend_buyer_budget, verb_dispatcher
 from ..db import tenant_tx
@@ -134,6 +134,11 @@ async def _agent(call: McpCall):
                            http_hosts=hosts)  # fmt: skip
 
 
+#: negotiation operation -> access-table operation (levels.OPERATIONS)
+_ACCESS_OPERATION = {"order": "orders", "dev.ucp.shopping.catalog.search": "catalog",
+                     "dev.ucp.shopping.catalog.lookup": "catalog"}  # fmt: skip
+
+
 def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], description: str, *,
           keyed: bool = False, sign: bool = False, body: Callable[[Mapping[str, Any]], Any] | None = None,
           ) -> McpTool:  # fmt: skip
@@ -153,6 +158,9 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
         except BadRequest:  # no UCP-Agent header and nothing negotiated: the profile named in meta
             caller = UNVERIFIED + agent.profile  # caller_of returns a verified signer's without raising
         ctx = build_context(request, company, caller, neg)
+        # the company's access table (levels.py): orders need identified by default (UCP order.md:
+        # Get Order MUST be authenticated); complete hands off inside the operation instead
+        require_access(ctx, _ACCESS_OPERATION.get(operation, operation))
         # the REST binding's Idempotency-Key rule (one key is accepted or refused alike on both)
         key = check_key(args["meta"].get("idempotency-key"), name='meta["idempotency-key"]', required=keyed)
         settings = request.app[SETTINGS]
