@@ -7,6 +7,8 @@
   a captured request, response or webhook; print the signature base, the digests, the coverage
   verdict and the key used (for UCP requests the admin debug endpoint's own view); exit 1 with
   the spec's error code on any failure.
+- ``ucp-gateway doctor URL [--roundtrip ITEM]``: check a business or platform profile and the server
+  behind it (:mod:`.doctor`); exit 0, 1 or 2 by the worst finding (ok, warning, error).
 - ``ucp-gateway keys generate-agent --profile-url URL [--alg ES256|EdDSA] [--out DIR]``: a new
   agent key and the platform profile JSON that publishes it.
 
@@ -261,9 +263,28 @@ async def cmd_generate_agent(args: argparse.Namespace, settings: Settings) -> in
     return 0
 
 
+async def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from ..cli import emit
+    from .doctor import SEVERITY_EXIT, run_doctor
+
+    findings = await run_doctor(target_url(args.url), allow_http=args.allow_http, roundtrip_item=args.roundtrip)
+    worst = max((SEVERITY_EXIT[f.severity] for f in findings), default=0)
+    marks = {"ok": "ok  ", "warning": "WARN", "error": "FAIL"}
+    text = "\n".join(f"{marks[f.severity]}  {f.check:18} {f.message}  [{f.spec}]" for f in findings)
+    emit(args, {"findings": [f.as_dict() for f in findings], "exit": worst}, text)
+    return worst
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``sign``, ``verify`` and ``keys generate-agent``."""
+    """Add ``sign``, ``verify``, ``doctor`` and ``keys generate-agent``."""
     from ..cli import common_parser
+
+    p = sub.add_parser("doctor", help="check a UCP profile and the server behind it", parents=[common_parser()])
+    p.add_argument("url", help="a business's /.well-known/ucp, or a platform profile URL")
+    p.add_argument("--allow-http", action="store_true", help="an http URL is a warning, not an error (dev)")
+    p.add_argument("--roundtrip", metavar="ITEM_ID", help="one signed create-checkout of this item, with a "
+                   "throwaway key whose profile is served on 127.0.0.1 (the business must accept it)")  # fmt: skip
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("sign", help="sign (and --send) a request as a UCP platform", parents=[common_parser()])
     p.add_argument("url")
