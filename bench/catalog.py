@@ -14,7 +14,11 @@ dispatcher and its audit row, on the same two cores as the load generator).
 
 Targets (issue): p99 <= 20 ms at 100,000 products on 2 cores; p50 at 100,000 <= 2 x p50 at 1,000.
 
+``--think-ms`` gives each agent a pause between its searches (an agent reads an answer before its
+next call); 0, the default, sends them back to back (saturation: latency is then the queue).
+
 Usage: python bench/catalog.py [--sizes 1000,100000] [--n 4000] [--concurrency 32] [--mode op|http]
+       [--think-ms 0]
 """
 
 from __future__ import annotations
@@ -108,8 +112,9 @@ def _ctx(company) -> CommerceContext:
                            handler_ids=frozenset())  # fmt: skip
 
 
-async def _measure(db, company, reqs: list[dict], concurrency: int) -> tuple[list[float], float]:
+async def _measure(db, company, reqs: list[dict], concurrency: int, think: float) -> tuple[list[float], float]:
     ctx = _ctx(company)
+    rnd = random.Random(3)
 
     async def search(body: dict) -> dict:
         async with tenant_tx(db.pool, company.id) as conn:
@@ -127,6 +132,8 @@ async def _measure(db, company, reqs: list[dict], concurrency: int) -> tuple[lis
             t = time.perf_counter()
             await search(body)
             lat.append(time.perf_counter() - t)
+            if think:  # the agent reads the answer before its next call (exponential, mean ``think``)
+                await asyncio.sleep(rnd.expovariate(1 / think))
 
     for body in reqs[:200]:  # warm-up: plans, caches
         if "page2" not in body:
@@ -185,7 +192,7 @@ def _pct(lat: list[float], p: float) -> float:
     return lat[min(len(lat) - 1, int(len(lat) * p))] * 1000
 
 
-async def run(sizes: list[int], n: int, concurrency: int, pool: int, mode: str) -> None:
+async def run(sizes: list[int], n: int, concurrency: int, pool: int, mode: str, thinks: list[float]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), environment="development", log_level="warning",
                             db_pool_min=pool, db_pool_max=pool, conformance_mode=False)  # fmt: skip
@@ -213,17 +220,20 @@ async def run(sizes: list[int], n: int, concurrency: int, pool: int, mode: str) 
                 print(f"catalog {size:,} products, {len(items):,} variants: feed parsed in {t_parse:.1f} s, "
                       f"imported in {t_import:.1f} s ({len(items) / t_import:,.0f} variants/s)")  # fmt: skip
                 reqs = requests(n)
-                if mode == "http":
-                    lat, wall = await _measure_http(db, settings, company, reqs, concurrency)
-                else:
-                    lat, wall = await _measure(db, company, reqs, concurrency)
-                p50s[size] = statistics.median(lat) * 1000
-                print(f"  search ({mode}) x{len(lat):,} at {concurrency} agents, pool {pool}: "
-                      f"p50 {p50s[size]:.2f} ms, p99 {_pct(lat, 0.99):.2f} ms, max {_pct(lat, 1.0):.2f} ms, "
-                      f"{len(lat) / wall:,.0f} searches/s")  # fmt: skip
+                for think in thinks:
+                    if mode == "http":
+                        lat, wall = await _measure_http(db, settings, company, reqs, concurrency)
+                    else:
+                        lat, wall = await _measure(db, company, reqs, concurrency, think)
+                    p50s[size, think] = statistics.median(lat) * 1000
+                    print(f"  search ({mode}) x{len(lat):,} at {concurrency} agents (think {think * 1000:.0f} ms),"
+                          f" pool {pool}: p50 {p50s[size, think]:.2f} ms, p99 {_pct(lat, 0.99):.2f} ms,"
+                          f" max {_pct(lat, 1.0):.2f} ms, {len(lat) / wall:,.0f} searches/s")  # fmt: skip
             if len(sizes) >= 2:
                 lo, hi = min(sizes), max(sizes)
-                print(f"p50 at {hi:,} / p50 at {lo:,} = {p50s[hi] / p50s[lo]:.2f} (target <= 2)")
+                for think in thinks:
+                    ratio = p50s[hi, think] / p50s[lo, think]
+                    print(f"think {think * 1000:.0f} ms: p50 at {hi:,} / p50 at {lo:,} = {ratio:.2f} (target <= 2)")
 
 
 def main() -> None:
@@ -233,8 +243,13 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--pool", type=int, default=4, help="database connections (two per core)")
     ap.add_argument("--mode", choices=("op", "http"), default="op")
+    ap.add_argument("--think-ms", default="0",
+                    help="mean pause of each agent between its searches, ms (0: back to back, saturation);"
+                    " comma-separated: one run each")  # fmt: skip
     args = ap.parse_args()
-    asyncio.run(run([int(s) for s in args.sizes.split(",")], args.n, args.concurrency, args.pool, args.mode))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    thinks = [float(t) / 1000 for t in args.think_ms.split(",")]
+    asyncio.run(run(sizes, args.n, args.concurrency, args.pool, args.mode, thinks))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from .catalog_feed import FeedError, FeedItem, parse_feed, sniff_format, to_goog
 __all__ = ["import_items", "register"]
 
 Progress = Callable[[int, int], None]
+ANALYZE_EVERY = 10_000  # variants; then whenever the number written has doubled
 
 
 async def import_items(
@@ -46,7 +47,12 @@ async def import_items(
     lines the database refused. ``progress(done, total)`` after each batch."""
     totals: dict[str, int] = {}
     errors: list[FeedError] = []
+    analyzed = 0  # variants written when the planner statistics were last refreshed
     for start in range(0, len(items), batch):
+        written = totals.get("variants_inserted", 0)
+        if written >= max(ANALYZE_EVERY, 2 * analyzed):  # the tables doubled: refresh the statistics
+            await _analyze(db)  # (a plan made for empty tables scans them: each batch got slower)
+            analyzed = written
         chunk = items[start : start + batch]
         try:
             async with tenant_tx(db.pool, company_id) as conn:
@@ -94,6 +100,7 @@ def _bar(stream: TextIO) -> Progress:
 
 
 async def _analyze(db: Database) -> None:
+    """ANALYZE the catalogue tables as the owner (the app role may not; autovacuum does it later)."""
     from ..db.database import owner_connect
 
     conn = await owner_connect(db.owner_dsn)
@@ -117,7 +124,7 @@ async def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings) as db:
         company = await get_company(db.pool, args.company)
         counts, db_errors = await import_items(db, company.id, items, batch=args.batch, progress=progress)
-        if counts.get("products_inserted", 0) + counts.get("variants_inserted", 0) > 10_000:
+        if counts.get("variants_inserted", 0) >= ANALYZE_EVERY:
             await _analyze(db)  # fresh planner statistics after a large import (autovacuum comes later)
     errors = sorted(errors + db_errors, key=lambda e: e.line)
     landed = len(items) - len(db_errors)

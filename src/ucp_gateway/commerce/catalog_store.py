@@ -138,13 +138,17 @@ async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str
         elif sort in ("price_asc", "price_desc"):
             cast = "::bigint"
         k, i = arg(q.after[0]), arg(q.after[1])
-        keyset.append(f"({key} {op} {k}{cast} OR ({key} = {k}{cast} AND p.id > {i}::text))")
+        kx = "p.sort_key" if sort in ("relevance", "trgm") else key  # the ranked candidates carry theirs
+        keyset.append(f"({kx} {op} {k}{cast} OR ({kx} = {k}{cast} AND p.id > {i}::text))")
     if sort in ("relevance", "trgm"):  # rank at most RANK_CANDIDATES matches (see the docstring)
+        # ids and ranks only are carried through the ranking; the page's rows are read after it
         sql = (
-            f"WITH m AS MATERIALIZED (SELECT p.* FROM catalog_products p WHERE {' AND '.join(where)}"
-            f" LIMIT {RANK_CANDIDATES})"
-            f" SELECT {_PRODUCT_COLUMNS}, {key} AS sort_key FROM m AS p"
-            f"{' WHERE ' + ' AND '.join(keyset) if keyset else ''} ORDER BY {key} {direction}, p.id LIMIT $1"
+            f"WITH m AS MATERIALIZED (SELECT p.id, {key} AS sort_key FROM catalog_products p"
+            f" WHERE {' AND '.join(where)} LIMIT {RANK_CANDIDATES}),"
+            f" top AS (SELECT * FROM m p{' WHERE ' + ' AND '.join(keyset) if keyset else ''}"
+            f" ORDER BY p.sort_key {direction}, p.id LIMIT $1)"
+            f" SELECT {_PRODUCT_COLUMNS}, top.sort_key FROM top JOIN catalog_products p ON p.id = top.id"
+            f" ORDER BY top.sort_key {direction}, p.id"
         )
     else:
         sql = (
