@@ -19,7 +19,7 @@ from uuid import UUID
 import asyncpg
 
 from .company_settings import CompanyMisconfigured, check_settings, json_type
-from .db import platform_tx, tenant_tx
+from .db import platform_scan_tx, platform_tx, tenant_tx
 from .errors import BadRequest, Conflict, NotFound
 from .logs import get_logger
 
@@ -35,6 +35,7 @@ __all__ = [
     "company_row",
     "create_company",
     "get_company",
+    "host_versions",
     "insert_company",
     "insert_company_args",
     "list_companies",
@@ -42,6 +43,7 @@ __all__ = [
     "normalize_host",
     "public_origin",
     "resolve_host",
+    "resolve_host_versioned",
     "valid_host_header",
 ]
 
@@ -224,14 +226,42 @@ _PAGE = (
 async def resolve_host(pool: asyncpg.Pool, host: str | None) -> Company | None:
     """The company bound to ``host`` (Host header value), or None for the platform node.
     Raises: CompanyMisconfigured (the company's row cannot be served), database errors."""
+    company, _ = await resolve_host_versioned(pool, host)
+    return company
+
+
+async def resolve_host_versioned(pool: asyncpg.Pool, host: str | None) -> tuple[Company | None, UUID | None]:
+    """:func:`resolve_host` and the company's profile version (migration 0092; None for the
+    platform node), read in one statement under the scan scope ``host_directory`` (which opens the
+    version stamps only). Raises as :func:`resolve_host`."""
     name = normalize_host(host)
     if not name:
-        return None
-    async with platform_tx(pool) as conn:
-        r = await conn.fetchrow(
-            _SELECT + "WHERE c.id = (SELECT company_id FROM company_hosts WHERE hostname = $1) GROUP BY c.id", name
-        )
-    return _row_to_company(r, list(r["hosts"])) if r else None
+        return None, None
+    async with platform_scan_tx(pool, "host_directory") as conn:
+        r = await conn.fetchrow(_RESOLVE, name)
+    return (_row_to_company(r, list(r["hosts"])), r["version"]) if r else (None, None)
+
+
+# one host's company with its hostnames and its profile version
+_RESOLVE = (
+    "SELECT c.id, c.slug, c.display_name, c.tier, c.signature_policy, c.settings,"
+    " ARRAY(SELECT h.hostname FROM company_hosts h WHERE h.company_id = c.id) AS hosts,"
+    " (SELECT v.version FROM profile_versions v WHERE v.company_id = c.id) AS version"
+    " FROM companies c WHERE c.id = (SELECT company_id FROM company_hosts WHERE hostname = $1)"
+)
+# many hosts' companies and versions at once (the host cache's revalidation): hostname -> both
+_HOST_VERSIONS = (
+    "SELECT q.hostname, h.company_id, v.version FROM unnest($1::text[]) AS q (hostname)"
+    " LEFT JOIN company_hosts h ON h.hostname = q.hostname LEFT JOIN profile_versions v ON v.company_id = h.company_id"
+)
+
+
+async def host_versions(pool: asyncpg.Pool, names: list[str]) -> dict[str, tuple[UUID | None, UUID | None]]:
+    """``{hostname: (company id, profile version)}`` of normalised ``names`` in one read ((None,
+    None): the platform node)."""
+    async with platform_scan_tx(pool, "host_directory") as conn:
+        rows = await conn.fetch(_HOST_VERSIONS, names)
+    return {r["hostname"]: (r["company_id"], r["version"]) for r in rows}
 
 
 async def get_company(pool: asyncpg.Pool, slug_or_id: str) -> Company:
@@ -440,28 +470,48 @@ async def list_subagents(pool: asyncpg.Pool, company_id: UUID) -> dict[str, bool
 
 
 class HostCache:
-    """Host -> company lookups cached for ``ttl`` seconds (monotonic clock).
+    """Host -> company lookups cached for ``ttl`` seconds (monotonic clock), revalidated in batches.
 
     A short TTL keeps the per-request cost of tenancy at a dict lookup while changes to a company
-    (new hostname, new signature policy) take effect within ``ttl`` seconds on every replica.
-    Concurrent misses for one Host share one database lookup (with ``ttl`` > 0), so an expiring
-    entry under load costs one query, not one per waiting request; no answer is older than ``ttl``.
+    (new hostname, new signature policy) take effect within about ``ttl`` seconds on every replica.
+    An entry keeps the company's profile version (migration 0092, renewed by every change to the
+    company's row and hostnames). Once its ``ttl`` is up, the entry is still answered for at most
+    one more ``ttl`` while ONE background task revalidates every such Host in one read
+    (:func:`host_versions`, up to ``_BATCH`` a query): an entry whose Host still names the same
+    company at the same version is renewed, any other is dropped (its next request resolves it).
+    So a platform with many company hosts pays one query per ``ttl`` for all of them rather than
+    a full-path request and a query per Host, and no answer is older than two ``ttl``. Concurrent
+    misses for one Host share one database lookup (with ``ttl`` > 0). At most ``max_entries``
+    Hosts are kept; the oldest lookups go first.
     """
 
     MISS = object()  #: what :meth:`cached` returns when the Host needs a lookup
+    _BATCH = 1000
 
     def __init__(self, ttl: float = 2.0, max_entries: int = 100_000):
         self.ttl = ttl
         self.max_entries = max_entries
-        self._entries: dict[str, tuple[float, Company | None]] = {}
+        self._entries: dict[str, tuple[float, Company | None, UUID | None]] = {}
         self._inflight: dict[str, asyncio.Future[Company | None]] = {}
+        self._stale: set[str] = set()
+        self._pool: asyncpg.Pool | None = None
+        self._revalidating: asyncio.Task[None] | None = None
 
     def cached(self, host: str | None) -> Company | object | None:
-        """The company (None = platform node) while the entry for ``host`` is fresh, else
-        :attr:`MISS`. Synchronous: the per-request hit costs no coroutine."""
-        hit = self._entries.get(host or "")
-        if hit is not None and hit[0] > time.monotonic():
-            return hit[1]
+        """The company (None = platform node) while the entry for ``host`` is fresh, or stale and
+        being revalidated (class docstring), else :attr:`MISS`. Synchronous: the per-request hit
+        costs no coroutine."""
+        key = host or ""
+        hit = self._entries.get(key)
+        if hit is not None:
+            now = time.monotonic()
+            if hit[0] > now:
+                return hit[1]
+            if hit[0] + self.ttl > now and self._pool is not None:
+                self._stale.add(key)
+                if self._revalidating is None:
+                    self._revalidating = asyncio.get_running_loop().create_task(self._revalidate())
+                return hit[1]
         return self.MISS
 
     async def resolve(self, pool: asyncpg.Pool, host: str | None) -> Company | None:
@@ -473,7 +523,8 @@ class HostCache:
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]
         if self.ttl <= 0:  # no caching asked for: every request reads the database itself
-            return await self._lookup(pool, key)
+            return (await resolve_host_versioned(pool, normalize_host(key)))[0]
+        self._pool = pool
         task = self._inflight.get(key)
         if task is None:
             task = asyncio.ensure_future(self._lookup(pool, key))
@@ -481,15 +532,41 @@ class HostCache:
             task.add_done_callback(lambda t: self._done(key, t))
         return await asyncio.shield(task)  # a cancelled request does not cancel the others' lookup
 
-    async def _lookup(self, pool: asyncpg.Pool, key: str) -> Company | None:
-        start = time.monotonic()  # the answer's age counts from before the query
-        company = await resolve_host(pool, normalize_host(key))
+    def _put(self, key: str, entry: tuple[float, Company | None, UUID | None]) -> None:
         entries = self._entries
         entries.pop(key, None)  # re-inserted last: the oldest entries are the first in the dict
         while len(entries) >= self.max_entries:  # bounded memory; a burst of junk Host headers
             del entries[next(iter(entries))]  # evicts the oldest lookups, not every company's
-        entries[key] = (start + self.ttl, company)
+        entries[key] = entry
+
+    async def _lookup(self, pool: asyncpg.Pool, key: str) -> Company | None:
+        start = time.monotonic()  # the answer's age counts from before the query
+        company, version = await resolve_host_versioned(pool, normalize_host(key))
+        self._put(key, (start + self.ttl, company, version))
         return company
+
+    async def _revalidate(self) -> None:
+        try:
+            while self._stale and self._pool is not None:
+                keys = [self._stale.pop() for _ in range(min(len(self._stale), self._BATCH))]
+                start = time.monotonic()
+                names = {key: normalize_host(key) for key in keys}
+                now = await host_versions(self._pool, sorted(set(names.values())))
+                for key, name in names.items():
+                    hit = self._entries.get(key)
+                    if hit is None or hit[0] > start:
+                        continue  # gone, or resolved again meanwhile
+                    company = hit[1]
+                    if now.get(name, (None, None)) == (company.id if company else None, hit[2]):
+                        self._put(key, (start + self.ttl, company, hit[2]))
+                    else:
+                        self._entries.pop(key, None)  # changed: the next request resolves it
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+            # the stale entries lapse after their grace; the full path then answers (an outage: 503)
+            _log.warning("host_cache_revalidation_failed", error=exc.__class__.__name__)
+            self._stale.clear()
+        finally:
+            self._revalidating = None
 
     def _done(self, key: str, task: asyncio.Future[Company | None]) -> None:
         self._inflight.pop(key, None)
@@ -498,3 +575,4 @@ class HostCache:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._stale.clear()

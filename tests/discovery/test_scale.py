@@ -185,3 +185,60 @@ async def test_host_lookups_evict_the_oldest_not_all(database):
         assert (await cache.resolve(database.pool, f"{slug}.example")).slug == slug
     assert cache.cached("a.example") is HostCache.MISS
     assert cache.cached("b.example").slug == "b" and cache.cached("c.example").slug == "c"
+
+
+async def test_stale_hosts_are_revalidated_together_in_one_read(database):
+    """Past its ttl a Host is still answered (one more ttl at most) while ONE read revalidates every
+    such Host: unchanged ones are renewed, a changed company's is dropped and resolved again."""
+    a = await create_company(database.pool, slug="a", display_name="A", hostnames=["a.example"])
+    b = await create_company(database.pool, slug="b", display_name="B", hostnames=["b.example"])
+    pool = CountingPool(database.pool)
+    cache = HostCache(ttl=0.2)
+    for host in ("a.example", "b.example", "nobody.example"):
+        await cache.resolve(pool, host)
+    owner = await asyncpg.connect(database.owner_dsn)
+    try:
+        await owner.execute("UPDATE companies SET signature_policy = 'off' WHERE id = $1", b.id)
+    finally:
+        await owner.close()
+    await asyncio.sleep(0.21)
+    pool.acquired = 0
+    assert cache.cached("a.example").id == a.id and cache.cached("nobody.example") is None  # stale, answered
+    assert cache.cached("b.example").signature_policy == "required"  # the old answer, while revalidated
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if cache._revalidating is None:
+            break
+    assert pool.acquired == 1  # three Hosts, one read
+    assert cache.cached("a.example").id == a.id and cache.cached("nobody.example") is None  # renewed: fresh
+    assert cache.cached("b.example") is HostCache.MISS  # changed: resolved again by its next request
+    assert (await cache.resolve(pool, "b.example")).signature_policy == "off"
+    await asyncio.sleep(0.45)  # past the grace (two ttl since it was renewed) nothing is answered from it
+    assert cache.cached("a.example") is HostCache.MISS
+
+
+async def test_the_fast_path_answers_a_stale_profile_while_its_version_is_read(
+    aiohttp_client, database, db_settings, vault
+):
+    from ucp_gateway.app import create_app
+
+    c = await create_company(database.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
+    await ensure_active_key(database.pool, c.id, now=NOW)
+    settings = db_settings.model_copy(update={"profile_render_ttl": 0.2, "host_cache_ttl": 60})
+    app = create_app(settings, database=database)
+    client = await aiohttp_client(app)
+    first = await client.get("/.well-known/ucp", headers={"Host": "acme.example"})
+    assert first.status == 200
+    await asyncio.sleep(0.21)
+    stale = await client.get("/.well-known/ucp", headers={"Host": "acme.example"})
+    assert stale.headers["ETag"] == first.headers["ETag"]
+    await asyncio.sleep(0.05)
+    from ucp_gateway.discovery.web import _RENDERED
+
+    assert app[_RENDERED].fresh("acme.example") is not None  # renewed by the version read
+    await rotate(database.pool, c.id, actor="t", reason="r", now=NOW)
+    await asyncio.sleep(0.21)
+    await client.get("/.well-known/ucp", headers={"Host": "acme.example"})  # stale: its check drops it
+    await asyncio.sleep(0.05)
+    fresh = await client.get("/.well-known/ucp", headers={"Host": "acme.example"})
+    assert fresh.headers["ETag"] != first.headers["ETag"] and len((await fresh.json())["signing_keys"]) == 2

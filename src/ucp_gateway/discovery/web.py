@@ -267,7 +267,7 @@ async def well_known_ucp(request: web.Request) -> web.Response:
 
 
 def public_fast_path(
-    rendered: RenderedProfiles, settings: Settings
+    rendered: RenderedProfiles, settings: Settings, version: Callable[[UUID], Awaitable[Any]] | None = None
 ) -> Callable[[web.Request, str], web.Response | None]:
     """The answer of ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]``: ``(request, host) -> response | None``.
 
@@ -283,7 +283,9 @@ def public_fast_path(
     - the path is exempt from trust (``UCP-Agent`` is never acted on there; a constant) and, in the
       current settings, from signature verification (``httpsig_exempt_prefixes``, re-read whenever
       the setting is a new object);
-    - the rendered profile for this Host is fresh (a miss or an invalid Host takes the full path).
+    - the rendered profile for this Host is fresh, or stale by less than one more TTL with a
+      version that covers it (then its revalidation starts: ``version(company_id)`` reads the
+      company's current version); a miss or an invalid Host takes the full path.
 
     The answer is built by the same code as :func:`well_known_ucp`'s (:meth:`_Entry.response`), so
     status, headers and body are identical; the foundation layer adds ``Request-Id`` and ``Server``
@@ -307,9 +309,13 @@ def public_fast_path(
             seen[0], seen[1] = prefixes, path.startswith(tuple(prefixes))
         if not seen[1]:
             return None
-        hit = entries.get(host)  # _Rendered.fresh, inlined
-        if hit is None or monotonic() >= hit.expires:
+        hit = entries.get(host)  # RenderedProfiles.fresh, inlined
+        if hit is None:
             return None
+        if monotonic() >= hit.expires:  # stale: answered while its version is read, if one covers it
+            hit = rendered.stale(host, version) if version is not None else None
+            if hit is None:
+                return None
         return hit.response(request, settings.profile_max_age)
 
     return fast_path
@@ -376,7 +382,8 @@ def setup(app: web.Application) -> None:
     base = urlsplit(vendor.base_url).path.rstrip("/")
     app.router.add_get("/.well-known/ucp", well_known_ucp)
     if PUBLIC_FAST_PATHS in app:  # behind create_app's foundation middleware
-        app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = PublicPath(well_known_ucp, public_fast_path(rendered, settings))
+        fast = public_fast_path(rendered, settings, lambda cid: _version(app[DATABASE].pool, cid))
+        app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = PublicPath(well_known_ucp, fast)
     app.router.add_get("/ucp/agent-graph", agent_graph)
     app.router.add_get(base + "/specification/{name}", _document_handler("spec"))
     app.router.add_get(base + "/schemas/{name}.json", _document_handler("schema"))
