@@ -179,6 +179,12 @@ class Settings(BaseSettings):
         description="Seconds a confirmation form of a people's page (the checkout's continue_url, a staff "
         "approval) stays valid; each form's token is also single use.",
     )
+    verbs_approval_ttl: int = Field(
+        default=3600,
+        ge=300,
+        le=7 * 86400,
+        description="Seconds a pending approval of a human-only verb waits for a person on the staff page.",
+    )
     staff_session_ttl: int = Field(
         default=3600, ge=300, le=86400, description="Seconds a staff browser session (admin pages) lives."
     )

@@ -79,7 +79,9 @@ class Doors:
             if control.get("confirm"):
                 argv.append("--confirm")
             if control.get("typed_phrase"):
-                argv += ["--phrase", control["typed_phrase"], "--nonce", control["nonce"]]
+                argv += ["--phrase", control["typed_phrase"]]
+            if control.get("nonce"):
+                argv += ["--nonce", control["nonce"]]
             _, out, _ = await cli(*argv, env=_env(UCPGW_TOKEN=self.token))
             return json.loads(out)
         if door == "mcp_stdio":
@@ -159,17 +161,22 @@ async def _denials_consent_and_caps_are_the_same(gateway, doors):
         assert denied["error"]["reason"] == "role_denied", (door, denied)
         blocked = await owner.call(door, "customer_delete", {"customer_id": "cust_1"})
         assert blocked["error"]["reason"] == "blocked_verb", (door, blocked)
-    # typed-phrase consent: the same phrase on every door that carries the verb; a wrong phrase fails
+    # a human-only verb (money movement): the same phrase and a pending approval on every door that
+    # carries it; the staff token that asked cannot confirm it itself on any door, even with the
+    # exact phrase (a person does, on the approval page: tests/browser/test_staff_pages.py)
     refund = {"order_id": "ord_1", "amount": 100, "currency": "USD"}
-    phrases = set()
+    phrases, approvals = set(), set()
     for door in ("http", "cli", "mcp_stdio", "webmcp"):
         pre = await owner.call(door, "payments.refund", refund)
         assert pre["error"]["reason"] == "dispatch_pending", (door, pre)
+        assert pre["pending"]["confirm"] == "human" and "nonce" not in pre["pending"], (door, pre)
         phrases.add(pre["pending"]["required_phrase"])
-        bad = await owner.call(door, "payments.refund", refund, confirm=True, typed_phrase="nope",
-                               nonce=pre["pending"]["nonce"])  # fmt: skip
-        assert bad["error"]["reason"] == "phrase_mismatch", (door, bad)
-    assert len(phrases) == 1
+        approvals.add(pre["pending"]["approval_id"])
+        own = await owner.call(door, "payments.refund", refund, confirm=True,
+                               typed_phrase=pre["pending"]["required_phrase"])  # fmt: skip
+        assert own["error"]["reason"] == "consent_channel_required", (door, own)
+        assert own["pending"]["approval_url"].endswith(pre["pending"]["approval_id"]), (door, own)
+    assert len(phrases) == 1 and len(approvals) >= 1
     assert (await owner.call("ucp", "payments.refund", refund))["error"]["reason"] == "surface_not_allowed"
     # caps: a class disabled for the company is refused the same way everywhere
     async with tenant_tx(gateway.pool, gateway.company.id) as conn:

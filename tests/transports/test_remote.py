@@ -62,11 +62,13 @@ async def test_cli_typed_phrase_round_trip(gateway):
                            "--json", env=env)  # fmt: skip
     pending = json.loads(out)
     assert rc == 1 and pending["error"]["reason"] == "dispatch_pending"
-    phrase, nonce = pending["pending"]["required_phrase"], pending["pending"]["nonce"]
+    # money movement: a person confirms it on the approval page, never the token's own CLI
+    assert pending["pending"]["confirm"] == "human" and "approval_url" in pending["pending"]
+    phrase = pending["pending"]["required_phrase"]
     rc, out, err = await cli("agent", "dispatch", "payments.refund", "--gateway", gateway.url, "--args", refund,
-                             "--confirm", "--phrase", phrase, "--nonce", nonce, "--json", env=env)  # fmt: skip
-    assert rc == 0, out + err
-    assert json.loads(out)["ok"] and json.loads(out)["result"]["status"] == "completed"
+                             "--confirm", "--phrase", phrase, "--json", env=env)  # fmt: skip
+    assert rc == 1, out + err
+    assert json.loads(out)["error"]["reason"] == "consent_channel_required"
 
 
 def test_cli_needs_a_gateway_or_local_options(capsys, monkeypatch):

@@ -4,6 +4,7 @@ frozen clock, and a dispatcher on the real test database."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from datetime import UTC, datetime
 from importlib import resources
@@ -148,16 +149,27 @@ def dispatcher(database, db_settings, clock, registry) -> Dispatcher:
     return Dispatcher(registry, database.pool, db_settings, clock)
 
 
-def staff(company, role: str = "owner", subject: str = "alice", transport: str = "http") -> Principal:
-    return Principal("staff", company.id, role, subject, transport)
+def staff(
+    company, role: str = "owner", subject: str = "alice", transport: str = "http", human: bool = False
+) -> Principal:
+    """A staff caller; ``human``: on the human channel (the approval page), else a bearer token."""
+    return Principal("staff", company.id, role, subject, transport, human)
 
 
 async def run(d: Dispatcher, principal: Principal, verb: str, args=None, **kw) -> dict:
     return await d.dispatch(principal, Call(verb, args or {}, **kw))
 
 
+def human(principal: Principal) -> Principal:
+    """The same person on the human channel (a staff browser session confirming an approval): where
+    the typed phrase of a human-only verb is entered (verbs/approvals.py)."""
+    return dataclasses.replace(principal, human=True)
+
+
 async def confirm_phrase(d: Dispatcher, principal: Principal, verb: str, args: dict, **kw) -> dict:
-    """Preflight, then confirm with the exact phrase and nonce."""
+    """Preflight, then confirm with the exact phrase and nonce, as a person on the human channel
+    (a bearer-token caller cannot confirm a human-only verb: test_human_channel.py)."""
+    principal = human(principal)
     pre = await run(d, principal, verb, args)
     assert pre["error"]["reason"] == "dispatch_pending", pre
     p = pre["pending"]

@@ -46,17 +46,13 @@ async def test_agent_dispatch_phrase_flow(shop, db_settings, capsys):
     code, out = await cli(db_settings, capsys, *base)
     pre = json.loads(out)
     assert code == 1 and pre["pending"]["required_phrase"] == "DELETE CONTACT 3 PERMANENTLY"
-    code, out = await cli(
-        db_settings,
-        capsys,
-        *base,
-        "--confirm",
-        "--phrase",
-        "DELETE CONTACT 3 PERMANENTLY",
-        "--nonce",
-        pre["pending"]["nonce"],
-    )
-    assert code == 0 and json.loads(out)["result"]["outcome"] == "erased"
+    # an irreversible write is confirmed by a person on the approval page, never from the CLI
+    assert pre["pending"]["confirm"] == "human" and "nonce" not in pre["pending"]
+    assert pre["pending"]["approval_url"].endswith("/admin/approvals/" + pre["pending"]["approval_id"])
+    code, out = await cli(db_settings, capsys, *base, "--confirm", "--phrase", "DELETE CONTACT 3 PERMANENTLY")
+    denied = json.loads(out)
+    assert code == 1 and denied["error"]["reason"] == "consent_channel_required", denied
+    assert denied["pending"]["approval_id"] == pre["pending"]["approval_id"]  # the same open approval
     code, out = await cli(
         db_settings,
         capsys,

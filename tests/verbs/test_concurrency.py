@@ -46,7 +46,7 @@ async def test_two_instances_cannot_exceed_a_cap(shop, database, db_settings, cl
 
 
 async def test_nonce_confirmed_twice_in_parallel_succeeds_once(shop, dispatcher, database):
-    p = staff(shop, "admin")
+    p = staff(shop, "admin", human=True)
     args = {"order_id": "ord_2", "amount": 100, "currency": "USD"}
     pre = await run(dispatcher, p, "payments.refund", args)
     call = Call("payments.refund", args, True, pre["pending"]["required_phrase"], pre["pending"]["nonce"])

@@ -27,8 +27,8 @@ REG = build_registry()
 REFUND = {"order_id": "ord_42", "amount": 1250, "currency": "USD"}
 
 
-def P(role="owner", kind="staff", subject="alice", transport="http", company=CO):
-    return Principal(kind, company, role, subject, transport)
+def P(role="owner", kind="staff", subject="alice", transport="http", company=CO, human=False):
+    return Principal(kind, company, role, subject, transport, human)
 
 
 def inp(**kw):
@@ -170,11 +170,13 @@ def _nonce(**kw):
 
 
 def confirm(args=REFUND, p=None, phrase="REFUND $12.50 on order #ord_42", nonce=None, inputs=None):
+    """A confirm on the human channel (the approval page), where a typed phrase is entered."""
+    p = p or P(human=True)
     return D("payments.refund", args, p, inputs, confirm=True, typed_phrase=phrase, nonce=nonce or _nonce())
 
 
 def test_typed_phrase_happy_path():
-    pre = D("payments.refund", REFUND)
+    pre = D("payments.refund", REFUND, P(human=True))
     d = confirm(nonce=pre.pending["nonce"])
     assert d.outcome == "execute" and d.approval["nonce_id"] == "0123456789abcdef"
     assert confirm(phrase="  REFUND $12.50 on order #ord_42 ").outcome == "execute"  # NFC + strip
@@ -183,13 +185,14 @@ def test_typed_phrase_happy_path():
 def test_nonce_failures():
     assert confirm(phrase="refund $12.50 on order #ord_42").reason == "phrase_mismatch"
     assert confirm(args={**REFUND, "amount": 1300}).reason == "nonce_invalid"  # other arguments
-    assert confirm(p=P(subject="bob")).reason == "nonce_invalid"  # other principal
-    assert confirm(p=P(company=uuid.UUID(int=2))).reason == "nonce_invalid"  # other company
+    assert confirm(p=P(subject="bob", human=True)).reason == "nonce_invalid"  # other principal
+    assert confirm(p=P(company=uuid.UUID(int=2), human=True)).reason == "nonce_invalid"  # other company
     assert confirm(nonce=_nonce(verb="gdpr_delete_contact")).reason == "nonce_invalid"  # other verb
     tampered = _nonce()[:-2] + ("AA" if not _nonce().endswith("AA") else "BB")
     assert confirm(nonce=tampered).reason == "nonce_invalid"
     assert confirm(nonce="v1.garbage").reason == "nonce_invalid"
-    assert D("payments.refund", REFUND, confirm=True, typed_phrase="x").reason == "nonce_invalid"  # missing
+    missing = D("payments.refund", REFUND, P(human=True), confirm=True, typed_phrase="x")
+    assert missing.reason == "nonce_invalid"
     other_key = issue_nonce(
         b"t" * 32,
         verb="payments.refund",
@@ -204,6 +207,28 @@ def test_nonce_failures():
     late = inp(now=NOW + timedelta(seconds=301))
     assert confirm(inputs=late).reason == "nonce_expired"
     assert confirm(inputs=inp(now=NOW + timedelta(seconds=300))).outcome == "execute"
+
+
+@pytest.mark.parametrize("transport", ["http", "mcp_stdio", "webmcp", "cli"])
+@pytest.mark.parametrize("verb,args", [("payments.refund", REFUND), ("gdpr_delete_contact", {"contact_id": 42})])
+def test_human_only_verbs_are_never_confirmed_by_the_caller(transport, verb, args):
+    """G3: a bearer-token caller (any door) gets a pending approval for a person, no nonce; its own
+    confirm, even with a nonce minted for it and the exact phrase, is consent_channel_required."""
+    p = P(transport=transport)
+    pre = D(verb, args, p)
+    assert pre.outcome == "pending" and pre.pending["confirm"] == "human" and "nonce" not in pre.pending
+    phrase = pre.pending["required_phrase"]
+    nonce = _nonce(verb=verb, digest=args_digest(args), phrase=phrase)
+    d = D(verb, args, p, confirm=True, typed_phrase=phrase, nonce=nonce)
+    assert d.outcome == "deny" and d.reason == "consent_channel_required" and d.pending["confirm"] == "human"
+    # the same call on the human channel runs
+    human = P(transport=transport, human=True)
+    assert D(verb, args, human, confirm=True, typed_phrase=phrase, nonce=nonce).outcome == "execute"
+
+
+def test_reversible_writes_keep_the_click_on_every_channel():
+    d = D("crm_contact_update", {"contact_id": 1, "status": "vip"}, P("employee", transport="cli"))
+    assert d.outcome == "pending" and d.pending["confirm"] == "click"
 
 
 def test_verify_nonce_rotation():

@@ -41,7 +41,7 @@ async def contact(db, company, cid=1):
             REFUND,
             "admin",
             {"confirm": True, "typed_phrase": "REFUND $12.50 on order #ord_1"},
-            "nonce_invalid",
+            "consent_channel_required",  # a bearer token never confirms money movement itself
         ),
         ("customer.context", {"customer_id": "nobody"}, "owner", {}, "not_found"),
     ],
@@ -118,7 +118,7 @@ async def _set_status(db, company, status):
 async def test_three_wrong_phrases_spend_the_nonce(shop, dispatcher, database):
     """Regression: a wrong typed phrase left its nonce as good as new, so a confirm could be retried
     without limit. Now at most 3 per nonce (solid-verbs digest §8 G2); the third spends it."""
-    p = staff(shop, "admin")
+    p = staff(shop, "admin", human=True)
     pre = await run(dispatcher, p, "payments.refund", REFUND)
     nonce, phrase = pre["pending"]["nonce"], pre["pending"]["required_phrase"]
     hints = []
@@ -140,7 +140,7 @@ async def test_three_wrong_phrases_spend_the_nonce(shop, dispatcher, database):
 
 
 async def test_wrong_phrases_below_the_limit_do_not_spend_the_nonce(shop, dispatcher):
-    p = staff(shop, "admin")
+    p = staff(shop, "admin", human=True)
     pre = await run(dispatcher, p, "payments.refund", REFUND)
     nonce, phrase = pre["pending"]["nonce"], pre["pending"]["required_phrase"]
     for _ in range(2):
@@ -173,7 +173,7 @@ async def test_failed_write_can_be_retried_with_same_key(shop, dispatcher):
 
 
 async def test_financial_typed_phrase_flow(shop, dispatcher, database, clock):
-    p = staff(shop, "admin")
+    p = staff(shop, "admin", human=True)
     pre = await run(dispatcher, p, "payments.refund", REFUND)
     assert pre["pending"]["required_phrase"] == "REFUND $12.50 on order #ord_1"
     assert pre["pending"]["risk_class"] == "WRITE_FINANCIAL" and pre["pending"]["cap_remaining"] == 25
@@ -192,7 +192,7 @@ async def test_financial_typed_phrase_flow(shop, dispatcher, database, clock):
     assert other["error"]["reason"] == "nonce_invalid"
     bob = await run(
         dispatcher,
-        staff(shop, "admin", "bob"),
+        staff(shop, "admin", "bob", human=True),
         "payments.refund",
         REFUND,
         confirm=True,

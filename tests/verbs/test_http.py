@@ -177,7 +177,9 @@ async def test_idempotency_key_header_and_phrase_flow(client, database, shop):
     pre = await (
         await client.post("/api/v1/agent/dispatch", json={"verb": "payments.refund", "args": args}, headers=admin)
     ).json()
-    ok = await (
+    # money movement: the token that asked cannot confirm it; the answer names the approval page
+    assert pre["pending"]["confirm"] == "human" and "/admin/approvals/apr_" in pre["pending"]["approval_url"]
+    denied = await (
         await client.post(
             "/api/v1/agent/dispatch",
             headers=admin,
@@ -186,11 +188,11 @@ async def test_idempotency_key_header_and_phrase_flow(client, database, shop):
                 "args": args,
                 "confirm": True,
                 "typed_phrase": pre["pending"]["required_phrase"],
-                "nonce": pre["pending"]["nonce"],
             },
         )
     ).json()
-    assert ok["ok"] and ok["result"]["refund_id"] == "rf_ord_4_1"
+    assert denied["error"]["reason"] == "consent_channel_required"
+    assert denied["pending"]["approval_url"] == pre["pending"]["approval_url"]
 
 
 def test_request_principal_mapping(shop):

@@ -37,7 +37,7 @@ async def state(db, shop):
 
 @pytest.mark.parametrize("verb,args,role,revertible", CASES, ids=[c[0] for c in CASES])
 async def test_receipt_replay_revert(shop, dispatcher, database, verb, args, role, revertible):
-    p = staff(shop, role)
+    p = staff(shop, role, human=True)  # typed phrases are entered on the human channel
     pre = await run(dispatcher, p, verb, args, idempotency_key="K")
     assert pre["error"]["reason"] == "dispatch_pending"
     pend = pre["pending"]

@@ -66,8 +66,11 @@ async def cmd_dispatch(args: argparse.Namespace, settings: Settings) -> int:
     else:
         e = env["error"]
         print(f"{e['reason']}: {e['message']}" + (f" ({e['hint']})" if e.get("hint") else ""))
-        if env.get("pending", {}).get("required_phrase"):
-            print(f"phrase: {env['pending']['required_phrase']}\nnonce:  {env['pending']['nonce']}")
+        pending = env.get("pending") or {}
+        if pending.get("approval_url"):  # a human-only verb: a person confirms it on the staff page
+            print(f"phrase: {pending['required_phrase']}\napprove at: {pending['approval_url']}")
+        elif pending.get("required_phrase"):
+            print(f"phrase: {pending['required_phrase']}\nnonce:  {pending['nonce']}")
     return 0 if env["ok"] else 1
 
 

@@ -8,7 +8,8 @@ receipt for the idempotency key), calls it, and then persists what it returns. C
     then a verb of a binding called from elsewhere: VerbPolicy.reachable) ->
     reserved_arg -> invalid_arguments -> tier_denied -> role_denied (role floor) ->
     idempotency replay / idempotency_conflict -> daily_cap_exceeded -> principal_limit_exceeded ->
-    consent (dispatch_pending, nonce_invalid, nonce_expired, phrase_mismatch) -> execute
+    consent (dispatch_pending, consent_channel_required, nonce_invalid, nonce_expired,
+    phrase_mismatch) -> execute
 
 ``nonce_used`` and the atomic cap reservation are decided by PostgreSQL at execution time.
 """
@@ -25,6 +26,7 @@ from .consent import canonical_bytes, clean_args, issue_nonce, verify_nonce
 from .errors import REASONS, VerbError
 from .policy import (
     CLASS_FLOOR,
+    HUMAN_ONLY,
     ROLES,
     Consent,
     Principal,
@@ -47,6 +49,7 @@ _NOT_WRITE = (RiskClass.READ, RiskClass.BLOCKED)
 _RESERVED = frozenset(RESERVED_ARGS)
 _NONE, _CLICK, _PHRASE, _PAYMENT = Consent.NONE, Consent.CLICK, Consent.TYPED_PHRASE, Consent.PAYMENT_CREDENTIAL
 _NO_STEP = (Consent.NONE, Consent.PAYMENT_CREDENTIAL)  # consents that need no confirm step
+_HUMAN_ONLY = HUMAN_ONLY
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +310,32 @@ def _consent(
             "execute", cls, cap_class=cap_class, digest=digest, approval={"confirm": "click"}, args_json=args_json
         )
     assert phrase is not None
+    if cls in _HUMAN_ONLY and not principal.human:
+        # G3: money movement and irreversible writes are confirmed by a person on the approval page
+        # (the shell adds approval_id / approval_url), never by the caller that asked
+        pending = {**base, "confirm": "human", "required_phrase": phrase}
+        hint = "A person confirms it on the approval page: open pending.approval_url."
+        if call.confirm:
+            return Decision(
+                "deny",
+                cls,
+                "consent_channel_required",
+                REASONS["consent_channel_required"],
+                hint,
+                pending=pending,
+                cap_class=cap_class,
+                digest=digest,
+            )
+        return Decision(
+            "pending",
+            cls,
+            "dispatch_pending",
+            "Nothing was executed: a person must confirm this on the approval page.",
+            hint,
+            pending=pending,
+            cap_class=cap_class,
+            digest=digest,
+        )
     now_s = int(inputs.now.timestamp())
     ckey = str(principal.company_id)
     if not call.confirm:

@@ -28,7 +28,7 @@ from ..config import Settings
 from ..db import tenant_tx
 from ..db.outage import as_outage
 from ..tenancy import Company, get_company
-from . import audit, store
+from . import approvals, audit, store
 from .consent import clean_args
 from .context import VerbContext
 from .decide import PHRASE_ATTEMPTS, Call, Decision, Inputs, cap_class_for, decide, gates
@@ -88,6 +88,14 @@ class Dispatcher:
         v = settings.verbs_validate_output
         self.validate_output = settings.dev_mode if v is None else v
         self._reads = ReadBatcher(pool, self._read_in)
+
+    def approval_url(self, company: Company, approval_id: str) -> str:
+        """Absolute URL of an approval page on the company's first host (``public_scheme``)."""
+        path = approvals.approval_path(approval_id)
+        if not company.hostnames:
+            return path
+        host = company.hostnames[0]
+        return f"{self.settings.public_scheme}://{'[' + host + ']' if ':' in host else host}{path}"
 
     # ---- facts ---------------------------------------------------------------------------
     def cap_limit(self, company: Company, cap_class: str | None) -> int | None:
@@ -388,7 +396,32 @@ class Dispatcher:
         if pending and decision.pending:
             entry["requires_approval"] = True
         error = decision.error()
-        if decision.nonce_id is None:
+        pending_out = decision.pending
+        if decision.pending and decision.pending.get("confirm") == "human" and verb is not None:
+            # a human-only verb: the pending approval a person confirms, with the audit row
+            async with tenant_tx(self.pool, company.id) as conn:
+                aid, expires = await approvals.create_approval(
+                    conn,
+                    company.id,
+                    verb=verb.name,
+                    args=clean_args(call.args),
+                    digest=decision.digest,
+                    risk_class=decision.risk_class.name if decision.risk_class is not None else "",
+                    phrase=decision.pending.get("required_phrase", ""),
+                    requested_by=principal.key,
+                    requested_via=principal.transport,
+                    now=now,
+                    ttl=self.settings.verbs_approval_ttl,
+                )
+                entry["approval_id"] = aid
+                audit_id, _ = await audit.append(conn, company.id, entry)
+            pending_out = {
+                **decision.pending,
+                "approval_id": aid,
+                "approval_url": self.approval_url(company, aid),
+                "expires_at": expires.isoformat().replace("+00:00", "Z"),
+            }
+        elif decision.nonce_id is None:
             audit_id = await self._write(company, entry)
         else:  # a wrong typed phrase: counted against its nonce with the denial row, in one transaction
             expires = now + timedelta(seconds=self.settings.verbs_nonce_ttl)
@@ -407,8 +440,8 @@ class Dispatcher:
             "audit_id": audit_id,
             "error": error.error_body(),
         }
-        if decision.pending:
-            env["pending"] = decision.pending
+        if pending_out:
+            env["pending"] = pending_out
         return env
 
     async def _replay(self, principal, company, call, verb, decision, now, envelope=None) -> dict[str, Any]:

@@ -35,6 +35,7 @@ REASONS: dict[str, str] = {
     "daily_cap_exceeded": "The company's daily cap for this risk class is used up (resets 00:00 UTC).",
     "principal_limit_exceeded": "This caller's own daily limit is used up.",
     "dispatch_pending": "Consent is needed before this verb runs; nothing was executed.",
+    "consent_channel_required": "A person must confirm this on the approval page; the caller cannot confirm it.",
     "phrase_mismatch": "The typed phrase differs from the required phrase.",
     "nonce_invalid": "The consent nonce is malformed, tampered, or bound to another call.",
     "nonce_expired": "The consent nonce is older than 5 minutes.",

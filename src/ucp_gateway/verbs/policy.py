@@ -27,6 +27,7 @@ __all__ = [
     "BUYER_ROLE",
     "CLASS_FLOOR",
     "DEFAULT_DAILY_CAPS",
+    "HUMAN_ONLY",
     "ROLES",
     "SURFACES",
     "TIERS",
@@ -84,6 +85,8 @@ DEFAULT_CONSENT: Mapping[RiskClass, Consent] = {
     RiskClass.WRITE_FINANCIAL: Consent.TYPED_PHRASE,
     RiskClass.IRREVERSIBLE: Consent.TYPED_PHRASE,
 }
+#: classes a person confirms on a staff page, never the caller that asked (solid-verbs digest §8 G3)
+HUMAN_ONLY: frozenset[RiskClass] = frozenset({RiskClass.WRITE_FINANCIAL, RiskClass.IRREVERSIBLE})
 # spec/consent.md cap keys ada_writes_per_day / ada_financial_writes_per_day / ..._irreversible_...
 DEFAULT_DAILY_CAPS: Mapping[str, int] = {"WRITE_REVERSIBLE": 100, "WRITE_FINANCIAL": 25, "IRREVERSIBLE": 10}
 
@@ -169,6 +172,8 @@ class Principal:
         role: a staff role (read_only/employee/admin/owner) or ``buyer``.
         subject: stable id of the caller (token id, user, agent profile URL).
         transport: the surface the call came through (http, mcp_stdio, webmcp, ucp, cli).
+        human: a person confirming on a staff page in a browser session (the approval page of a
+            human-only verb); never set from a bearer token, whatever the door (verbs/approvals.py).
     """
 
     kind: PrincipalKind
@@ -176,6 +181,7 @@ class Principal:
     role: str
     subject: str
     transport: str = "http"
+    human: bool = False
 
     @property
     def key(self) -> str:
