@@ -90,15 +90,17 @@ class Browser:
         await self._run(el.clear)
         await self._run(el.send_keys, text)
 
-    async def submit(self, css: str, expect_path: str, timeout: float = 15) -> None:
-        """Click ``css`` and wait until the browser shows ``expect_path`` (path and query)."""
+    async def submit(self, css: str, expect_path: str, timeout: float = 15, prefix: bool = False) -> None:
+        """Click ``css`` and wait until the browser shows ``expect_path`` (path and query; with
+        ``prefix``, a URL that starts with it)."""
         from selenium.webdriver.support.ui import WebDriverWait
 
         el = await self.find(css)
         await self._run(el.click)
 
         def arrived(d) -> bool:
-            return d.current_url.startswith(self.base) and d.current_url[len(self.base) :] == expect_path
+            here = d.current_url[len(self.base) :] if d.current_url.startswith(self.base) else None
+            return here is not None and (here.startswith(expect_path) if prefix else here == expect_path)
 
         await self._run(lambda: WebDriverWait(self.driver, timeout).until(arrived))
 

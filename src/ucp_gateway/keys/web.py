@@ -292,4 +292,7 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/admin/v1/admin-tokens", tokens_list_handler)
     app.router.add_post("/admin/v1/admin-tokens", tokens_create_handler)
     app.router.add_post("/admin/v1/admin-tokens/{token_id}/revoke", tokens_revoke_handler)
+    from .pages import setup_pages
+
+    setup_pages(app)  # the admin's browser pages (sign-in, keys)
     app.cleanup_ctx.append(_keys_ctx)

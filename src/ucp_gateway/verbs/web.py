@@ -193,4 +193,7 @@ def setup(app: web.Application, registry: Registry | None = None) -> None:
     app.router.add_get("/api/v1/agent/verbs", manifest)
     app.router.add_get("/api/v1/agent/verbs/{name}", verb_detail)
     app.router.add_post("/api/v1/agent/dispatch", dispatch)
+    from .pages import setup_pages
+
+    setup_pages(app)  # the approval pages of human-only verbs (the human channel)
     app.cleanup_ctx.append(_runtime)
