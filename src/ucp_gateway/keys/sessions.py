@@ -7,7 +7,7 @@ gets its own random token, sent only as the HttpOnly, Secure, SameSite=Strict co
 tenant context for the lookup, as for admin tokens. The CSRF token of the session's forms is
 derived from the session token (:func:`csrf_token`), so it is unguessable without the cookie and
 needs no storage. A session ends at ``expires_at`` (``staff_session_ttl``), at sign-out, or when its
-admin token is revoked. The session acts with the token's role and audit name (``token:<id>``).
+admin token is revoked or expires. The session acts with the token's role and audit name (``token:<id>``).
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ async def session_of(pool: asyncpg.Pool, company_id: UUID, cookie_value: str | N
         r = await conn.fetchrow(
             "SELECT s.id, s.expires_at, t.id AS token_id, t.role FROM staff_sessions s"
             " JOIN admin_tokens t ON t.id = s.admin_token_id AND t.revoked_at IS NULL"
+            " AND (t.expires_at IS NULL OR t.expires_at > $2)"
             " WHERE s.token_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2",
             token_hash(cookie_value or ""),
             now,
