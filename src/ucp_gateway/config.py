@@ -201,10 +201,12 @@ class Settings(BaseSettings):
     webhook_backoff_base: float = Field(default=2.0, gt=0, description="First retry delay (s); doubles.")
     webhook_backoff_max: float = Field(default=3600.0, gt=0, description="Longest retry delay, seconds.")
     webhook_timeout: float = Field(default=10.0, gt=0, description="Seconds per webhook delivery attempt.")
-    webhook_poll_interval: float = Field(default=1.0, gt=0, description="Seconds between outbox scans.")
+    webhook_poll_interval: float = Field(
+        default=0.25, gt=0, description="Seconds between outbox scans while no delivery is in flight."
+    )
     webhook_concurrency: int = Field(default=32, ge=1, description="Webhook deliveries in flight per process.")
     webhook_receiver_concurrency: int = Field(
-        default=4, ge=1, description="Webhook deliveries in flight per receiver (platform) and process."
+        default=8, ge=1, description="Webhook deliveries in flight per receiver (platform) and process."
     )
     webhook_worker: bool = Field(default=True, description="Run the webhook delivery worker in this process.")
     commerce_via_verbs: bool = Field(

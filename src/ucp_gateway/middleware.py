@@ -197,6 +197,7 @@ _REQUEST_ID = istr("Request-Id")
 _SERVER = hdrs.SERVER
 _EXPECT = hdrs.EXPECT
 _HOST = hdrs.HOST
+_RETRY_AFTER = hdrs.RETRY_AFTER
 _WWW_AUTHENTICATE = hdrs.WWW_AUTHENTICATE
 
 
@@ -340,6 +341,8 @@ def foundation_middleware(state: Foundation) -> Middleware:
             headers = response.headers
             if status == 401 and _WWW_AUTHENTICATE not in headers:
                 headers[_WWW_AUTHENTICATE] = challenge(request)
+            elif status == 503 and _RETRY_AFTER not in headers:  # every 503 says when to come back
+                headers[_RETRY_AFTER] = "1"
             headers[_REQUEST_ID] = rid
             headers[_SERVER] = SERVER
             return response

@@ -132,67 +132,57 @@ async def reschedule(
     error: str,
 ) -> bool:
     """A failed attempt of the lessee holding ``held``: due again at ``due``, the outbox row's
-    ``attempts`` and ``last_error`` updated. False (nothing written) when the lease was lost."""
-    async with platform_scan_tx(pool, SCOPE) as conn:
-        status = await conn.execute(
-            "UPDATE webhook_queue SET next_attempt_at = $4, receiver = $5"
-            " WHERE company_id = $1 AND event_id = $2 AND next_attempt_at = $3",
-            company_id,
-            event_id,
-            held,
-            due,
-            receiver,
-        )
-    if status != "UPDATE 1":
-        return False
+    ``attempts`` and ``last_error`` updated, in one statement. False (nothing written) when the
+    lease was lost. (The queue's policy lets the company's own context write its rows.)"""
     async with tenant_tx(pool, company_id) as conn:
-        await conn.execute(
-            "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3 WHERE id = $1",
+        done = await conn.fetchval(
+            "WITH q AS (UPDATE webhook_queue SET next_attempt_at = $2, receiver = $4"
+            "  WHERE company_id = app_company_id() AND event_id = $1 AND next_attempt_at = $3 RETURNING 1)"
+            " UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $5"
+            " WHERE id = $1 AND EXISTS (SELECT 1 FROM q) RETURNING true",
             event_id,
             due,
+            held,
+            receiver,
             error[:500],
         )
-    return True
+    return bool(done)
 
 
 async def delivered(
     pool: asyncpg.Pool, company_id: uuid.UUID, event_id: uuid.UUID, *, now: datetime, target: str | None
 ) -> None:
-    """Record a delivery (whoever held the lease: it was delivered) and dequeue the event."""
+    """Record a delivery (whoever held the lease: it was delivered) and dequeue the event, in one
+    statement."""
     async with tenant_tx(pool, company_id) as conn:
         await conn.execute(
-            "UPDATE webhook_outbox SET attempts = attempts + 1, delivered_at = coalesce(delivered_at, $2),"
+            "WITH q AS (DELETE FROM webhook_queue WHERE company_id = app_company_id() AND event_id = $1)"
+            " UPDATE webhook_outbox SET attempts = attempts + 1, delivered_at = coalesce(delivered_at, $2),"
             " target_url = coalesce($3, target_url), last_error = NULL WHERE id = $1",
             event_id,
             now,
             target,
         )
-    await dequeue(pool, company_id, event_id)
 
 
 async def dead_letter(
     pool: asyncpg.Pool, company_id: uuid.UUID, event_id: uuid.UUID, held: datetime | None, *, now: datetime, error: str
 ) -> bool:
     """Move the event to the dead-letter state (budget spent or target refused): ``dead_at`` set,
-    dequeued. ``held``: the lease (None: unfenced). False (nothing written) when the lease was lost."""
-    async with platform_scan_tx(pool, SCOPE) as conn:
-        status = await conn.execute(
-            "DELETE FROM webhook_queue WHERE company_id = $1 AND event_id = $2"
-            " AND ($3::timestamptz IS NULL OR next_attempt_at = $3)",
-            company_id,
-            event_id,
-            held,
-        )
-    if status != "DELETE 1":
-        return False
+    dequeued, in one statement. ``held``: the lease (None: unfenced). False (nothing written) when
+    the lease was lost."""
     async with tenant_tx(pool, company_id) as conn:
-        await conn.execute(
-            "UPDATE webhook_outbox SET attempts = attempts + 1, dead_at = $2, last_error = $3 WHERE id = $1",
+        done = await conn.fetchval(
+            "WITH q AS (DELETE FROM webhook_queue WHERE company_id = app_company_id() AND event_id = $1"
+            "  AND ($3::timestamptz IS NULL OR next_attempt_at = $3) RETURNING 1)"
+            " UPDATE webhook_outbox SET attempts = attempts + 1, dead_at = $2, last_error = $4"
+            " WHERE id = $1 AND EXISTS (SELECT 1 FROM q) RETURNING true",
             event_id,
             now,
+            held,
             error[:500],
         )
-    return True
+    return bool(done)
 
 
 async def dequeue(pool: asyncpg.Pool, company_id: uuid.UUID, event_id: uuid.UUID) -> None:

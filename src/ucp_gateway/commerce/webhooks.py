@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ _RESPONSE_READ = 64 * 1024
 _LEASE_MARGIN = 2.0  # seconds of lease kept beyond one attempt's timeout before a POST
 _COALESCE = 0.01  # seconds to gather completions before leasing again
 _STOP_GRACE = 3.0  # seconds a clean stop waits for deliveries in flight
+_HOST_TTL = 30.0  # seconds a company's host name is reused for the UCP-Agent header
 
 
 class WebhookSigner(Protocol):
@@ -184,6 +186,7 @@ class WebhookWorker:
         self._busy: dict[str, int] = {}  # receiver -> deliveries in flight in this process
         self._tasks: set[asyncio.Task] = set()
         self._freed = asyncio.Event()
+        self._hosts: dict[uuid.UUID, tuple[float, str]] = {}  # company -> (expires, host name)
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -265,8 +268,8 @@ class WebhookWorker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # one bad event must not stop the others; its lease expires: retried
-            if is_outage(exc):
-                log.warning("webhook delivery interrupted by a database outage", extra={"webhook_id": str(event_id)})
+            if is_outage(exc):  # the outage itself is on one line (db.outage)
+                log.debug("webhook delivery interrupted by a database outage", extra={"webhook_id": str(event_id)})
             else:
                 log.exception("webhook delivery crashed", extra={"webhook_id": str(event_id)})
 
@@ -343,11 +346,24 @@ class WebhookWorker:
         if not ok:
             self.stats.lost_leases += 1
 
+    async def _host_of(self, company_id: uuid.UUID) -> str:
+        """The company's first host name (its UCP-Agent profile URL), cached for ``_HOST_TTL`` s:
+        one read per company and half-minute, not one per delivery."""
+        hit = self._hosts.get(company_id)
+        now = time.monotonic()
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        company = await get_company(self.pool, str(company_id))
+        host = company.hostnames[0] if company.hostnames else "localhost"
+        if len(self._hosts) > 10_000:
+            self._hosts.clear()
+        self._hosts[company_id] = (now + _HOST_TTL, host)
+        return host
+
     async def _post(self, company_id: uuid.UUID, row: asyncpg.Record, target: str) -> str | None:
         """One signed POST to ``target`` (already checked): None when delivered, else why not.
         Raises _Refused when the host resolves to a special-use address."""
-        company = await get_company(self.pool, str(company_id))
-        host = company.hostnames[0] if company.hostnames else "localhost"
+        host = await self._host_of(company_id)
         ucp_agent = (
             f'profile="{public_origin(self.settings.public_scheme, host, self.settings.public_port)}/.well-known/ucp"'
         )

@@ -32,7 +32,11 @@ from typing import Any
 
 import asyncpg
 
+from .outage import DatabaseUnavailable
+
 __all__ = ["GatewayConnection", "leaves_session_state"]
+
+_CLIENT_SIDE = (asyncpg.InterfaceError, asyncpg.InternalClientError)
 
 _STMT_START = re.compile(r"\s*(?:SET|RESET|LISTEN|UNLISTEN|DECLARE|PREPARE|DO|DISCARD|LOAD)\b", re.I)
 _ANYWHERE = re.compile(r"pg_(?:try_)?advisory_lock|\bLISTEN\b|\bWITH\s+HOLD\b|\bTEMP(?:ORARY)?\b", re.I)
@@ -144,34 +148,66 @@ class GatewayConnection(asyncpg.Connection):
         elif self._ucpgw_after_commit is not None and not args and query == "COMMIT;":  # asyncpg's commit text
             query, self._ucpgw_after_commit = "COMMIT; " + self._ucpgw_after_commit, None
             self._see(query)
-            self._ucpgw_commit_status = status = await super().execute(query, timeout=timeout)
+            try:
+                self._ucpgw_commit_status = status = await super().execute(query, timeout=timeout)
+            except _CLIENT_SIDE as exc:
+                self._raise_if_lost(exc)
+                raise
             return status
         self._see(query)
-        return await super().execute(query, *args, timeout=timeout)
+        try:
+            return await super().execute(query, *args, timeout=timeout)
+        except _CLIENT_SIDE as exc:
+            self._raise_if_lost(exc)
+            raise
 
     async def executemany(self, command: str, args: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         self._see(command)
-        return await super().executemany(command, args, timeout=timeout)
+        try:
+            return await super().executemany(command, args, timeout=timeout)
+        except _CLIENT_SIDE as exc:
+            self._raise_if_lost(exc)
+            raise
 
     async def fetch(self, query: str, *args: Any, **kw: Any) -> list:
         self._see(query)
-        return await super().fetch(query, *args, **kw)
+        try:
+            return await super().fetch(query, *args, **kw)
+        except _CLIENT_SIDE as exc:
+            self._raise_if_lost(exc)
+            raise
 
     async def fetchrow(self, query: str, *args: Any, **kw: Any) -> Any:
         self._see(query)
-        return await super().fetchrow(query, *args, **kw)
+        try:
+            return await super().fetchrow(query, *args, **kw)
+        except _CLIENT_SIDE as exc:
+            self._raise_if_lost(exc)
+            raise
 
     async def fetchval(self, query: str, *args: Any, **kw: Any) -> Any:
         self._see(query)
-        return await super().fetchval(query, *args, **kw)
+        try:
+            return await super().fetchval(query, *args, **kw)
+        except _CLIENT_SIDE as exc:
+            self._raise_if_lost(exc)
+            raise
 
     async def fetchmany(self, query: str, args: Any, **kw: Any) -> list:
         self._see(query)
-        return await super().fetchmany(query, args, **kw)
+        try:
+            return await super().fetchmany(query, args, **kw)
+        except _CLIENT_SIDE as exc:
+            self._raise_if_lost(exc)
+            raise
 
     async def prepare(self, query: str, **kw: Any) -> Any:
         self._see(query)
-        return await super().prepare(query, **kw)
+        try:
+            return await super().prepare(query, **kw)
+        except _CLIENT_SIDE as exc:
+            self._raise_if_lost(exc)
+            raise
 
     def cursor(self, query: str, *args: Any, **kw: Any) -> Any:
         self._see(query)
@@ -179,7 +215,18 @@ class GatewayConnection(asyncpg.Connection):
 
     async def copy_from_query(self, query: str, *args: Any, **kw: Any) -> Any:
         self._see(query)
-        return await super().copy_from_query(query, *args, **kw)
+        try:
+            return await super().copy_from_query(query, *args, **kw)
+        except _CLIENT_SIDE as exc:
+            self._raise_if_lost(exc)
+            raise
+
+    def _raise_if_lost(self, exc: BaseException) -> None:
+        """Raise DatabaseUnavailable (from ``exc``) when the connection is closed: asyncpg's
+        client-side errors on a connection the server dropped ("connection is closed", "another
+        operation is in progress" from a protocol left mid-operation) are an outage, not a bug."""
+        if self.is_closed():
+            raise DatabaseUnavailable() from exc
 
     # ---- release --------------------------------------------------------------------------------
     def after_begin(self, sql: str | None) -> None:

@@ -16,6 +16,8 @@ from uuid import UUID
 
 import asyncpg
 
+from .outage import DatabaseUnavailable
+
 __all__ = ["COMMIT_PROBE", "CommitProbe", "platform_scan_tx", "platform_tx", "tenant_tx"]
 
 
@@ -108,6 +110,8 @@ class _Unit:
                 raise
         except BaseException as exc:
             await acq.__aexit__(type(exc), exc, exc.__traceback__)
+            if _lost(conn, exc):
+                raise DatabaseUnavailable() from exc
             raise
         self._conn = conn
         return conn
@@ -128,9 +132,26 @@ class _Unit:
                     self._after_commit(None)
         except BaseException as exc:
             await self._acq.__aexit__(type(exc), exc, exc.__traceback__)
+            if _lost(conn, exc) or (ev is not None and _lost(conn, ev)):
+                raise DatabaseUnavailable() from exc
             raise
         await self._acq.__aexit__(et, ev, tb)
+        if ev is not None and _lost(conn, ev):
+            raise DatabaseUnavailable() from ev
         return False  # the body's exception (if any) propagates
+
+
+def _lost(conn: asyncpg.Connection, exc: BaseException) -> bool:
+    """True when ``exc`` is asyncpg's client-side complaint about a connection the server dropped
+    under it ("the underlying connection is closed", "another operation is in progress" from a
+    protocol left mid-operation): the outage it is, answered 503 (``outage.DatabaseUnavailable``).
+    The same complaints on a live connection are bugs and stay what they are."""
+    if not isinstance(exc, (asyncpg.InterfaceError, asyncpg.InternalClientError)):
+        return False
+    try:
+        return conn.is_closed()
+    except asyncpg.InterfaceError:  # a pool proxy whose connection was already taken away
+        return True
 
 
 # company id -> its validated text and the set_config statement (bounded; one entry per tenant)
