@@ -169,3 +169,31 @@ async def test_a_checkout_changed_after_the_page_needs_a_new_confirmation(shop, 
     assert (await r.json())["status"] == "requires_escalation"
     r = await _post(shop, path, form)
     assert r.status == 409 and "changed" in await r.text()
+
+
+async def test_an_anonymous_agents_checkout_is_finished_by_the_buyer_on_the_page(shop, browser_for, database, company):
+    """An unsigned (anonymous) agent may build a checkout but not place the order: its complete hands
+    the buyer over to continue_url; the buyer confirms there, and the agent's next complete places
+    exactly that order."""
+    async with tenant_tx(database.pool, company.id) as conn:
+        await conn.execute("UPDATE companies SET signature_policy = 'optional' WHERE id = $1", company.id)
+    r = await shop.post(url("/checkout-sessions"), json=payload("pot_ceramic", fulfillment=SHIP_US),
+                        headers=headers(key=new_key()))  # fmt: skip
+    co = await r.json()
+    assert r.status == 201 and r.headers.get("UCP-Access-Level") == "anonymous", co
+    r = await shop.post(url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key()))
+    body = await r.json()
+    assert body["status"] == "requires_escalation" and "order" not in body, body
+    assert any(m["code"] == "buyer_handoff_required" for m in body["messages"])
+    path = urlsplit(body["continue_url"]).path
+    browser = browser_for(shop)
+    await browser.get(path)
+    await browser.screenshot("buyer_handoff_page")
+    assert "not identified to the shop" in await browser.text()
+    await browser.click("#agree")
+    await browser.submit("#confirm-button", path + "?confirmed=1")
+    r = await shop.post(url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key()))
+    done = await r.json()
+    assert done["status"] == "completed" and done["order"]["id"].startswith("ord_"), done
+    await browser.get(path)
+    assert "This checkout is complete." in await browser.text() and done["order"]["label"] in await browser.text()

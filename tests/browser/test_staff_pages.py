@@ -171,3 +171,24 @@ async def test_staff_forms_need_the_csrf_token_and_sign_out_ends_the_session(gat
     await browser.click("#sign-in")
     await asyncio.sleep(0.3)
     assert "does not sign in" in await browser.text() and "xxxxxxxx" not in await browser.source()
+
+
+async def test_an_owner_lists_and_revokes_a_staff_token_and_its_sessions_end(gateway, browser_for, database, company):
+    agent = await _token(database, company, "admin", "agent token")
+    browser = browser_for(gateway)
+    await _sign_in(browser, await _token(database, company, "owner", "owner person"), "/admin/tokens")
+    main = await browser.text()
+    await browser.screenshot("staff_tokens_page")
+    assert "agent token" in main and "owner person" in main and "ucpat_" not in await browser.source()
+    agent_id = next(r[0] for r in await _token_ids(database, company) if r[1] == "agent token")
+    r = await gateway.get("/admin/v1/keys", headers={"Authorization": f"Bearer {agent}"})
+    assert r.status == 200
+    await browser.submit(f"#token-{agent_id[:8]} button.danger", "/admin/tokens?done=revoked")
+    assert "REVOKED" in (await browser.text(f"#token-{agent_id[:8]}")).upper()
+    r = await gateway.get("/admin/v1/keys", headers={"Authorization": f"Bearer {agent}"})
+    assert r.status == 401  # the revoked token opens nothing
+
+
+async def _token_ids(database, company) -> list[tuple[str, str]]:
+    async with tenant_tx(database.pool, company.id) as conn:
+        return [(str(r["id"]), r["label"]) for r in await conn.fetch("SELECT id, label FROM admin_tokens")]

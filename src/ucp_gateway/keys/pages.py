@@ -11,6 +11,8 @@
     POST /admin/keys/{kid}/activate      admin      pending -> active now (after publish_min)
     POST /admin/keys/{kid}/retire        admin      pending/rotating -> retired
     POST /admin/keys/{kid}/compromise    owner      typed confirmation "COMPROMISE <first 8 of kid>"
+    GET  /admin/tokens                   admin      staff tokens: role, label, state (never the token)
+    POST /admin/tokens/{id}/revoke       owner, or the token's own session
 
 Every action goes through the same repository functions as ``/admin/v1/keys`` and the CLI
 (:mod:`.repository`), with the session's token as the actor. POSTs need the session's CSRF token and
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import uuid
 from collections.abc import Awaitable, Callable
 from urllib.parse import quote
 
@@ -33,7 +36,7 @@ from ..clock import SystemClock
 from ..errors import GatewayError
 from ..htmlpage import PAGE_HEADERS, clear_cookie, new_token, page, same_origin, set_cookie, setup_assets, tokens_equal
 from ..tenancy import Company, resolve_host
-from .admin_tokens import AdminAuthError, authenticate_admin, role_at_least
+from .admin_tokens import AdminAuthError, authenticate_admin, list_admin_tokens, revoke_admin_token, role_at_least
 from .lifecycle import PUBLISHED, KeyState
 from .repository import apply_event, compromise_key, list_key_events, list_keys, rotate
 from .sessions import COOKIE, COOKIE_PATH, StaffSession, end_session, open_session, session_of
@@ -288,6 +291,41 @@ async def compromise_action(request: web.Request, company: Company, session: Sta
     raise _back("compromised")
 
 
+@staff_page("admin")
+async def tokens_page(request: web.Request, company: Company, session: StaffSession) -> web.Response:
+    tokens = await list_admin_tokens(request.app[DATABASE].pool, company.id, now=_now(request))
+    return page(
+        "admin_tokens.html",
+        site=_site(company),
+        title="Staff tokens",
+        home_url="/admin/",
+        csrf=session.csrf,
+        signed_in=True,
+        tokens=tokens,
+        me=str(session.token_id),
+        can_owner=role_at_least(session.role, "owner"),
+        notice="Token revoked: it and its sessions open nothing any more." if request.query.get("done") else None,
+    )
+
+
+@staff_page("read_only")
+async def revoke_token_action(request: web.Request, company: Company, session: StaffSession) -> web.StreamResponse:
+    """The admin API's rule (keys/web.py tokens_revoke_handler): an owner revokes any token of the
+    company, anyone their own."""
+    tid = request.match_info["token_id"]
+    pool, now = request.app[DATABASE].pool, _now(request)
+    if tid != str(session.token_id) and not role_at_least(session.role, "owner"):
+        return _message("Not allowed", "Revoking another token needs the owner role.", status=403, site=_site(company))
+    try:
+        uid = uuid.UUID(tid)
+    except ValueError:
+        uid = None
+    if uid is None or not any(t["token_id"] == str(uid) for t in await list_admin_tokens(pool, company.id, now=now)):
+        return _message("Not found", "No such token.", status=404, site=_site(company))
+    await revoke_admin_token(pool, company.id, uid, now=now)
+    return _see_other("/admin/tokens?done=revoked")
+
+
 def setup_pages(app: web.Application) -> None:
     """Add the admin pages' routes and the stylesheet."""
     setup_assets(app)
@@ -300,3 +338,5 @@ def setup_pages(app: web.Application) -> None:
     app.router.add_post("/admin/keys/{kid}/activate", _event_action("activate"))
     app.router.add_post("/admin/keys/{kid}/retire", _event_action("retire"))
     app.router.add_post("/admin/keys/{kid}/compromise", compromise_action)
+    app.router.add_get("/admin/tokens", tokens_page)
+    app.router.add_post("/admin/tokens/{token_id}/revoke", revoke_token_action)
