@@ -110,3 +110,17 @@ def test_cli_import_reports_lines_and_export_writes_feeds(db_env, tmp_path):
     recs = [json.loads(x) for x in p.stdout.splitlines()]
     assert {r["id"] for r in recs} == {"S1", "S3"} and recs[0]["enable_checkout"] is True
     assert {r["inventory_quantity"] for r in recs} == {5}
+
+
+def test_progress_bar_counts_to_the_total():
+    import io
+
+    from ucp_gateway.commerce.catalog_cli import _bar
+
+    out = io.StringIO()
+    show = _bar(out)
+    show(1000, 2500)
+    show(2500, 2500)
+    text = out.getvalue()
+    assert "1000/2500 variants" in text and text.endswith("2500/2500 variants, " + text.rsplit(", ", 1)[1])
+    assert text.count("\r") == 2 and text.endswith("/s\n") and "[" + "#" * 30 + "]" in text

@@ -82,7 +82,7 @@ def _tsquery(text: str, fuzzy: bool) -> tuple[str, str]:
     return "to_tsquery('english'::regconfig, $2::text)", " & ".join(f"{p}:*" for p in prefixes) or "''"
 
 
-RANK_CANDIDATES = 1000
+RANK_CANDIDATES = 300
 
 
 async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str, Any]]:
