@@ -6,7 +6,9 @@ Two gateway configurations, each in its own process (its own event loop) on the 
           verb dispatch (the production path);
   plain:  no signature middleware, unsigned requests, ``commerce_via_verbs=false`` (no audit rows);
   verbs:  (only with ``--modes``) unsigned as plain, but every call an audited verb dispatch as signed:
-          signed - verbs is the cost of signatures, verbs - plain that of the verb runtime.
+          signed - verbs is the cost of signatures, verbs - plain that of the verb runtime;
+  nometrics: (only with ``--modes``) signed, with the Prometheus metrics off (``metrics_enabled``):
+          ``--modes signed,nometrics`` measures what the metrics cost.
 
 Each buyer agent has its own EC P-256 key and platform profile (served by this process on
 127.0.0.1) and loops: create (1 item) -> update (shipping destination + option, code 10OFF) ->
@@ -671,6 +673,8 @@ def _spawn(mode: str, port: int, env: dict, workers: int = 1) -> list[subprocess
     e["UCPGW_WORKERS"] = str(workers)  # as serve --workers N: the default pool is shared out over them
     if mode == "plain":
         e["UCPGW_COMMERCE_VIA_VERBS"] = "false"
+    if mode == "nometrics":
+        e["UCPGW_METRICS_ENABLED"] = "false"
     cmd = [sys.executable, __file__, "--child", mode, "--port", str(port)]
     procs = [subprocess.Popen(cmd, env=e) for _ in range(workers)]
     for _ in range(600):
@@ -723,13 +727,14 @@ async def main() -> None:
     ap.add_argument(
         "--modes",
         default="signed,plain",
-        help="configurations to run, comma-separated: signed, plain, and verbs (unsigned requests, but every"
-        " call an audited verb dispatch: separates the cost of signatures from that of the verb runtime)",
+        help="configurations to run, comma-separated: signed, plain, verbs (unsigned requests, but every"
+        " call an audited verb dispatch: separates the cost of signatures from that of the verb runtime)"
+        " and nometrics (signed, metrics off: the cost of the metrics)",
     )
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
-    if not modes or set(modes) - {"signed", "plain", "verbs"}:
-        ap.error("--modes takes signed, plain and/or verbs")
+    if not modes or set(modes) - {"signed", "plain", "verbs", "nometrics"}:
+        ap.error("--modes takes signed, plain, verbs and/or nometrics")
     from ucp_gateway.db.embedded import start_embedded, stop_embedded
 
     tmp = Path(tempfile.mkdtemp(prefix="ucpgw-bench-", dir=args.data_dir))
@@ -763,7 +768,7 @@ async def main() -> None:
                             await _load(
                                 ports[mode],
                                 buyers,
-                                mode == "signed",
+                                mode in ("signed", "nometrics"),
                                 args.seconds,
                                 args.warmup,
                                 rate=rate,
@@ -791,7 +796,12 @@ async def main() -> None:
         f" {args.workers} gateway process{'es' if args.workers > 1 else ''} per configuration"
     )
     results = {key: _summary(rs) for key, rs in runs.items()}
-    names = {"signed": "signed + audited", "plain": "no signatures, no audit", "verbs": "unsigned, audited"}
+    names = {
+        "signed": "signed + audited",
+        "plain": "no signatures, no audit",
+        "verbs": "unsigned, audited",
+        "nometrics": "signed, metrics off",
+    }
     labels = [(m, names[m]) for m in modes]
     for phase, title in (
         ("saturation", "(a) saturation: no think time"),
@@ -809,6 +819,16 @@ async def main() -> None:
             print(f"      disk under the cluster: {disk_summary(r['disk'])}")
             if r["waits"]:
                 print("      backends waiting:", ", ".join(f"{k} {v:.1f}" for k, v in list(r["waits"].items())[:6]))
+    if "signed" in modes and "nometrics" in modes:
+        on, off = results["signed", "saturation"]["flows_s"], results["nometrics", "saturation"]["flows_s"]
+        per = [
+            1 - s["flows"] / p["flows"] if p["flows"] else float("nan")
+            for s, p in zip(runs["signed", "saturation"], runs["nometrics", "saturation"], strict=True)
+        ]
+        print(
+            f"cost of the metrics (saturation): {100 * (1 - on / off if off else float('nan')):.1f} % of throughput"
+            f" (by round: {', '.join(f'{100 * c:.1f}' for c in per)} %)"
+        )
     if "signed" in modes and "plain" in modes:
         sig, plain = results["signed", "saturation"]["flows_s"], results["plain", "saturation"]["flows_s"]
         cost = 1 - sig / plain if plain else float("nan")

@@ -35,6 +35,7 @@ from .middleware import (
     foundation_middleware,
     json_error,
 )
+from .monitor import setup as monitor_setup
 from .tenancy import HostCache
 from .transports.web import setup as transports_setup
 from .verbs.web import setup as verbs_setup
@@ -111,6 +112,7 @@ COMPONENTS: list[Callable[[web.Application], None]] = [
     _agent_graph_setup,  # sub-agent capability configs in /.well-known/ucp from the verb registry
     commerce_web.setup,  # UCP shopping REST binding (verbs checkout.*, orders.get), webhook worker
     transports_setup,  # /ucp/mcp (UCP MCP binding), /api/v1/webmcp/*; after verbs and commerce
+    monitor_setup,  # database gauges and the SLO counts' flush (docs/operations.md, Metrics)
     _retention_setup,  # the sweeper of expired idempotency records, spent nonces, expired sessions
 ]
 
@@ -154,6 +156,7 @@ def create_app(
         log_on=getattr(access_log, "is_enabled_for", lambda level: True)(logging.INFO),
         wrappers={},  # path -> wrapper around the foundation layer (transports: /ucp/mcp)
         fast_paths={},  # path -> cached public answer before subsystem middlewares (discovery)
+        metrics_on=settings.metrics_enabled,
     )
     app = web.Application(
         # the foundation layer also sets Server (no on_response_prepare receiver: every response would pay)

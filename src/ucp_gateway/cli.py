@@ -178,6 +178,7 @@ def _register_foundation(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8080)")
     p.add_argument("--workers", type=int, help="serving processes sharing the listening socket (default 1)")
+    p.add_argument("--metrics-port", type=int, help="port of the Prometheus listener, GET /metrics (default: none)")
     p.add_argument("--demo", action="store_true", help="seed and serve the flower-shop demo on 127.0.0.1/localhost")
     p.set_defaults(func=cmd_serve)
 
@@ -227,7 +228,7 @@ def _settings_error(exc: Exception) -> str:
 
 def _settings_from(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    fields = ("data_dir", "host", "port", "workers") if args.command == "serve" else ("data_dir",)
+    fields = ("data_dir", "host", "port", "workers", "metrics_port") if args.command == "serve" else ("data_dir",)
     for field in fields:
         value = getattr(args, field, None)
         if value is not None:

@@ -88,6 +88,23 @@ class Settings(BaseSettings):
     body_read_timeout: float = Field(default=10.0, gt=0, description="seconds to receive a request body (408 after)")
     demo: bool = False
 
+    # --- metrics (ucp_gateway.metrics, docs/operations.md) ------------------------------------
+    metrics_enabled: bool = Field(default=True, description="record Prometheus metrics of every request")
+    metrics_host: str = Field(default="127.0.0.1", description="address of the metrics listener")
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="port of the metrics listener (GET /metrics), apart from the company hosts' port; None: "
+        "no listener. With `workers` > 1 the supervisor serves every worker's metrics there",
+    )
+    metrics_companies: int = Field(
+        default=100, ge=0, description="distinct company slugs a process labels metrics with; the rest are _other"
+    )
+    metrics_interval: float = Field(
+        default=10.0, gt=0, description="seconds between two reads of the database gauges and the pool"
+    )
+
     # --- discovery / vendor namespace (see docs/architecture.md) -----------------------------
     vendor_prefix: str = Field(default="com.solidnumber", pattern=r"^[a-z][a-z0-9]*(\.[a-z][a-z0-9_]*)+$")
     vendor_base_url: str = "https://solidnumber.com/ucp"

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from . import metrics
+
 __all__ = [
     "BadRequest",
     "ConfigError",
@@ -56,7 +58,9 @@ class GatewayError(Exception):
         self.details = details or {}
 
     def to_body(self) -> dict[str, Any]:
-        """The UCP protocol-error body ``{"code": ..., "content": ...}`` (UCP overview, Error Handling)."""
+        """The UCP protocol-error body ``{"code": ..., "content": ...}`` (UCP overview, Error Handling).
+        Rendering one counts it (``ucpgw_http_errors_total{code}``)."""
+        metrics.error(self.code)
         return {"code": self.code, "content": self.message}
 
 

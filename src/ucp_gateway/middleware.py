@@ -49,6 +49,7 @@ from .db.outage import as_outage
 from .errors import BadRequest, GatewayError
 from .logs import REQUEST_ID_VAR
 from .mediatype import json_response
+from .metrics import observe_request
 from .tenancy import HostCache, valid_host_header
 
 __all__ = [
@@ -144,7 +145,7 @@ class Foundation:
     so a subsystem that adds a path wrapper or fast path through those keys is seen here.
     """
 
-    __slots__ = ("access_log", "fast_paths", "host_cache", "log_on", "middleware", "wrappers")
+    __slots__ = ("access_log", "fast_paths", "host_cache", "log_on", "metrics_on", "middleware", "timed", "wrappers")
 
     def __init__(
         self,
@@ -153,8 +154,11 @@ class Foundation:
         log_on: bool,
         wrappers: dict[str, PathWrapper],
         fast_paths: dict[str, PublicPath],
+        metrics_on: bool = False,
     ):
         self.host_cache = host_cache
+        self.metrics_on = metrics_on  # observe every answer (ucp_gateway.metrics)
+        self.timed = log_on or metrics_on
         self.access_log = access_log
         self.log_on = log_on
         self.wrappers = wrappers
@@ -258,6 +262,7 @@ def foundation_middleware(state: Foundation) -> Middleware:
     host_cache = state.host_cache
     access_log = state.access_log
     log_on = state.log_on
+    metrics_on, timed = state.metrics_on, state.timed
     wrappers = state.wrappers
     fast_paths = state.fast_paths
     ids = _IDS
@@ -276,7 +281,7 @@ def foundation_middleware(state: Foundation) -> Middleware:
             return response
         incoming = request.headers.get(_REQUEST_ID)
         rid = incoming if incoming and _SAFE_ID.match(incoming) else (ids.pop() if ids else _refill_ids())
-        start = time.perf_counter() if log_on else 0.0
+        start = time.perf_counter() if timed else 0.0
         public = fast_paths.get(path)
         # only the route it stands in for (404/405 and other handlers take the full path), and the key,
         # a plain path, has no %00: the query must not either
@@ -296,7 +301,9 @@ def foundation_middleware(state: Foundation) -> Middleware:
                     access_log.exception("fast_path_failed", path=path, request_id=rid)  # type: ignore[attr-defined]
                     response = None
                 if response is not None:
-                    return _fast_answered(response, request, path, rid, start, access_log if log_on else None)
+                    return _fast_answered(
+                        response, request, path, rid, start, access_log if log_on else None, metrics_on
+                    )
                 public = None  # declined or failed: not asked again below
         request[REQ_REQUEST_ID] = rid
         # one ContextVar read by the logging processor (logs.add_request_id): cheaper than structlog's
@@ -354,6 +361,8 @@ def foundation_middleware(state: Foundation) -> Middleware:
         finally:
             if log_on:
                 _access(access_log, request, path, status, start)
+            if metrics_on:
+                observe_request(request, None, status, time.perf_counter() - start, request.get(REQ_COMPANY))
             REQUEST_ID_VAR.reset(token)
 
     state.middleware = foundation
@@ -361,13 +370,21 @@ def foundation_middleware(state: Foundation) -> Middleware:
 
 
 def _fast_answered(
-    response: web.StreamResponse, request: web.BaseRequest, path: str, rid: str, start: float, log: object | None
+    response: web.StreamResponse,
+    request: web.BaseRequest,
+    path: str,
+    rid: str,
+    start: float,
+    log: object | None,
+    metrics_on: bool = False,
 ) -> web.StreamResponse:
     """A fast answer leaves with ``Request-Id`` and ``Server``, and its access-log line when ``log``
     (the access logger, None when info lines are off) is given: the same from this layer and the front."""
     headers = response.headers
     headers[_REQUEST_ID] = rid
     headers[_SERVER] = SERVER
+    if metrics_on:
+        observe_request(request, path, response.status, time.perf_counter() - start)
     if log is not None:
         token = REQUEST_ID_VAR.set(rid)
         try:
@@ -396,6 +413,7 @@ def front_handler(state: Foundation, handle: RawHandler) -> RawHandler:
     host_cache = state.host_cache
     access_log = state.access_log
     log_on = state.log_on
+    metrics_on, timed = state.metrics_on, state.timed
     wrappers = state.wrappers
     fast_paths = state.fast_paths
     ids = _IDS
@@ -411,7 +429,7 @@ def front_handler(state: Foundation, handle: RawHandler) -> RawHandler:
         host = headers.get(_HOST)  # without one, the foundation layer answers (400)
         if host is None or host_cache.cached(host) is _MISS:
             return handle(request)
-        start = time.perf_counter() if log_on else 0.0
+        start = time.perf_counter() if timed else 0.0
         try:
             response = public.answer(request, host)  # type: ignore[arg-type]
         except Exception:  # the foundation layer asks again, and logs the fault with the request id
@@ -420,7 +438,7 @@ def front_handler(state: Foundation, handle: RawHandler) -> RawHandler:
             return handle(request)
         incoming = headers.get(_REQUEST_ID)
         rid = incoming if incoming and _SAFE_ID.match(incoming) else (ids.pop() if ids else _refill_ids())
-        return _ready(_fast_answered(response, request, path, rid, start, access_log if log_on else None))
+        return _ready(_fast_answered(response, request, path, rid, start, access_log if log_on else None, metrics_on))
 
     return front
 

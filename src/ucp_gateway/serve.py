@@ -31,6 +31,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from . import metrics
 from .app import create_app
 from .commerce.ratelimit import RateLimiter
 from .config import Settings
@@ -210,6 +211,18 @@ async def stop_accepting(server: asyncio.AbstractServer, sock: socket.socket, ht
             return len(taken)
 
 
+async def start_metrics(settings: Settings) -> web.AppRunner:
+    """The Prometheus listener on ``metrics_host:metrics_port`` (ucp_gateway.metrics).
+
+    Raises: ConfigError when the address cannot be bound."""
+    try:
+        return await metrics.start_listener(settings.metrics_host, settings.metrics_port or 0)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen for metrics on {settings.metrics_host}:{settings.metrics_port}: {exc.strerror}"
+        ) from None
+
+
 async def run_server(
     settings: Settings,
     *,
@@ -255,8 +268,11 @@ async def run_server(
         handle_signals=False,
     )
     server: asyncio.AbstractServer | None = None
+    metrics_runner: web.AppRunner | None = None
     try:
         await runner.setup()  # opens the database (cleanup_ctx) and starts workers
+        if settings.metrics_port is not None:  # one process: its own registry (workers: the supervisor's)
+            metrics_runner = await start_metrics(settings)
         if before_serve is not None:
             await before_serve(app)  # type: ignore[misc]
         if front and not install_front(runner):
@@ -281,6 +297,8 @@ async def run_server(
         gc.unfreeze()  # collectable again (a process that serves more than once, as tests do)
         if server is not None:
             server.close()  # no-op after stop_accepting
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
         await runner.cleanup()
         sock.close()
         for sig in signals:

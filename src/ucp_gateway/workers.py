@@ -40,15 +40,18 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
+from . import metrics
 from .config import Settings
 from .errors import ConfigError, GatewayError
 
@@ -188,6 +191,28 @@ class _Workers:
                 _log.warning("worker_killed", worker=i, pid=proc.pid)
                 proc.kill()
             proc.join(timeout=5)
+            metrics.mark_process_dead(proc.pid)
+
+
+def _metrics_dir() -> str | None:
+    """A fresh directory for the workers' metric files (prometheus-client multiprocess mode), set as
+    ``PROMETHEUS_MULTIPROC_DIR`` for the workers to inherit; None when the environment names one
+    already (the operator's, emptied of a previous run's files here)."""
+    given = os.environ.get(metrics.MULTIPROC_ENV)
+    if given:
+        for name in os.listdir(given):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(given, name))
+        return None
+    path = tempfile.mkdtemp(prefix="ucpgw-metrics-")
+    os.environ[metrics.MULTIPROC_ENV] = path
+    return path
+
+
+def _drop_metrics_dir(path: str | None) -> None:
+    if path is not None:
+        os.environ.pop(metrics.MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 async def _prepare(settings: Settings) -> tuple[Settings, Any]:
@@ -218,7 +243,8 @@ async def _prepare(settings: Settings) -> tuple[Settings, Any]:
             f"{settings.workers} workers x db_pool_max {pool} connections (+{_SPARE_CONNECTIONS} "
             f"spare) exceed PostgreSQL's max_connections {limit}; lower UCPGW_WORKERS or UCPGW_DB_POOL_MAX"
         )
-    update: dict[str, Any] = {"workers": 1, "db_pool_max": pool}
+    # the workers' metrics are served by the supervisor's listener (one scrape, every worker)
+    update: dict[str, Any] = {"workers": 1, "db_pool_max": pool, "metrics_port": None}
     if embedded is not None:
         update["database_url"] = db.owner_dsn
     return settings.model_copy(update=update), embedded
@@ -234,7 +260,8 @@ async def supervise(settings: Settings) -> int:
     from .serve import bind_socket
 
     sock = bind_socket(settings.host, settings.port)  # the one listening socket every worker accepts on
-    embedded = limits = None
+    embedded = limits = metrics_runner = None
+    metrics_dir = _metrics_dir()  # before any worker starts: each writes its samples there
     stop = asyncio.Event()
 
     def on_signal() -> None:
@@ -254,6 +281,10 @@ async def supervise(settings: Settings) -> int:
 
             watch = asyncio.create_task(supervise_embedded(embedded), name="ucpgw-embedded-pg")
         worker_settings = worker_settings.model_copy(update={"port": sock.getsockname()[1]})
+        if settings.metrics_port is not None:
+            from .serve import start_metrics
+
+            metrics_runner = await start_metrics(settings)
         workers = _Workers(worker_settings, sock, limits.name)
         try:
             code = await _run(workers, settings.workers, settings.demo, stop)
@@ -263,6 +294,9 @@ async def supervise(settings: Settings) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         sock.close()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+        _drop_metrics_dir(metrics_dir)
         if limits is not None:
             release_shared_block(limits)  # the workers are gone (stop_all): nobody counts in it now
         if watch is not None:
@@ -297,6 +331,7 @@ async def _run(workers: _Workers, n: int, demo: bool, stop: asyncio.Event) -> in
             if proc.exitcode is None or stop.is_set():
                 continue
             _log.error("worker_exited", worker=i, pid=proc.pid, exit_code=proc.exitcode)
+            metrics.mark_process_dead(proc.pid)  # its live gauges go; its counters stay in the sums
             if not budget.allow(time.monotonic()):
                 _log.error("workers_keep_crashing", restarts=budget.limit, window_seconds=budget.window)
                 return 1

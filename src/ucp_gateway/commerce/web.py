@@ -29,6 +29,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
+from .. import metrics
 from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
 from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
@@ -305,6 +306,23 @@ def setup(app: web.Application) -> None:
     app.router.add_get(f"{p}/carts/{{id}}", get_cart)
     app.router.add_put(f"{p}/carts/{{id}}", update_cart)
     app.router.add_post(f"{p}/carts/{{id}}/cancel", cancel_cart)
+    metrics.OPERATIONS.update(
+        {  # the UCP operation of each route, for the metrics and the SLO view
+            ("POST", f"{p}/checkout-sessions"): "create_checkout",
+            ("GET", f"{p}/checkout-sessions/{{id}}"): "get_checkout",
+            ("PUT", f"{p}/checkout-sessions/{{id}}"): "update_checkout",
+            ("POST", f"{p}/checkout-sessions/{{id}}/complete"): "complete_checkout",
+            ("POST", f"{p}/checkout-sessions/{{id}}/cancel"): "cancel_checkout",
+            ("GET", f"{p}/orders/{{id}}"): "get_order",
+            ("POST", f"{p}/catalog/search"): "search_catalog",
+            ("POST", f"{p}/catalog/lookup"): "lookup_catalog",
+            ("POST", f"{p}/catalog/product"): "get_product",
+            ("POST", f"{p}/carts"): "create_cart",
+            ("GET", f"{p}/carts/{{id}}"): "get_cart",
+            ("PUT", f"{p}/carts/{{id}}"): "update_cart",
+            ("POST", f"{p}/carts/{{id}}/cancel"): "cancel_cart",
+        }
+    )
     if settings.simulation_secret is not None:
         app.router.add_post(SIMULATE_PATH, simulate_shipping)
     setup_pages(app)  # the buyer-facing pages that continue_url, links[] and permalink_url name

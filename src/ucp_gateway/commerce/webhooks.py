@@ -40,6 +40,7 @@ import aiohttp
 import asyncpg
 from aiohttp import web
 
+from .. import metrics
 from ..appkeys import CLOCK, DATABASE, SETTINGS
 from ..clock import Clock
 from ..config import Settings
@@ -327,11 +328,13 @@ class WebhookWorker:
         if error is None:
             await delivered(self.pool, company_id, event_id, now=now, target=target)
             self.stats.delivered += 1
+            metrics.WEBHOOK_DELIVERIES.labels("delivered").inc()
             return
         if refused or attempts >= self.settings.webhook_max_attempts:
             ok = await dead_letter(self.pool, company_id, event_id, held, now=now, error=error)
             if ok:
                 self.stats.dead += 1
+                metrics.WEBHOOK_DELIVERIES.labels("failed").inc()
                 _log.warning(
                     "webhook_dead_lettered", company_id=str(company_id), webhook_id=str(event_id), attempts=attempts
                 )
@@ -343,6 +346,7 @@ class WebhookWorker:
                 self.pool, company_id, event_id, held, due=due, receiver=row["caller"], now=now, error=error
             )
             self.stats.retried += ok
+            metrics.WEBHOOK_DELIVERIES.labels("retry").inc()
         if not ok:
             self.stats.lost_leases += 1
 

@@ -9,6 +9,7 @@ context into the next unit of work.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -16,9 +17,12 @@ from uuid import UUID
 
 import asyncpg
 
+from .. import metrics
 from .outage import DatabaseUnavailable
 
 __all__ = ["COMMIT_PROBE", "CommitProbe", "platform_scan_tx", "platform_tx", "tenant_tx"]
+
+_POOL_WAIT = metrics.DB_POOL_WAIT.labels("app")  # a tenant or platform unit waiting for a connection
 
 
 class CommitProbe:
@@ -78,7 +82,9 @@ class _Unit:
 
     async def __aenter__(self) -> asyncpg.Connection:
         acq = self._acq = self._pool.acquire()
+        t0 = time.perf_counter()
         conn = await acq.__aenter__()
+        _POOL_WAIT.observe(time.perf_counter() - t0)
         try:
             fused, then = self._fused, self._then
             after = self._after = getattr(conn, "after_begin", None) if fused is not None else None

@@ -15,6 +15,8 @@ from typing import Any
 
 import asyncpg
 
+from .. import metrics
+from ..errors import GatewayError
 from ..tenancy import Company
 from .agent_header import AgentHeader, parse_ucp_agent
 from .fetcher import ProfileFetcher
@@ -88,8 +90,15 @@ async def negotiate_request(
     agent = agent or parse_ucp_agent(header, http_hosts=http_hosts)
     if role is None:
         role = await role_for_agent(pool, company.id, agent.profile)
-    profile = await fetcher.get_profile(agent.profile)
-    negotiated = _negotiate_memo(
-        business_profile["ucp"], profile, agent.version or profile.version, operation, continue_url
-    )
+    version = agent.version
+    try:
+        profile = await fetcher.get_profile(agent.profile)
+        version = agent.version or profile.version
+        negotiated = _negotiate_memo(business_profile["ucp"], profile, version, operation, continue_url)
+    except GatewayError as exc:
+        metrics.NEGOTIATIONS.labels(
+            metrics.bounded("version", version, pattern=metrics.VERSION_PATTERN), exc.code
+        ).inc()
+        raise
+    metrics.NEGOTIATIONS.labels(metrics.bounded("version", version, pattern=metrics.VERSION_PATTERN), "ok").inc()
     return RequestNegotiation(agent, profile, role, negotiated)

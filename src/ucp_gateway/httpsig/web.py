@@ -42,6 +42,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from .. import metrics
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS, is_human_page, is_open_door
 from ..clock import SystemClock
 from ..company_settings import boolean, setting
@@ -374,6 +375,7 @@ async def signature_middleware(
                 if other is None and mode == "log" and not is_open_door(request.match_info.handler):
                     raise SignatureMissing("request is not signed")
         except GatewayError as exc:
+            metrics.SIGNATURES.labels(_SIGNED if signed else "other", exc.code).inc()
             log.info("signature rejected", extra={"code": exc.code, "company": company.slug})
             if mode != "log":
                 if exc.code == "signature_missing" and request.path.startswith(tuple(settings.httpsig_staff_prefixes)):
@@ -385,6 +387,7 @@ async def signature_middleware(
             request[REQ_SIGNATURE] = None
     if principal is None:
         principal = AgentPrincipal(company.id, None, None, "read_only", False)
+    metrics.SIGNATURES.labels(principal.proof, "verified" if principal.authenticated else "anonymous").inc()
     request[REQ_PRINCIPAL] = principal
     request[REQ_SIGN_RESPONSE] = False
     keys = app.get(_SIGNING_KEYS)
@@ -410,7 +413,9 @@ async def signature_middleware(
                 request, response, pool=pool, company_id=company.id, now=now, scheme=settings.public_scheme, key=key
             )
         except GatewayError as exc:  # no active key: fail closed rather than send unsigned
+            metrics.RESPONSE_SIGNATURES.labels(exc.code).inc()
             return _error_response(exc)
+        metrics.RESPONSE_SIGNATURES.labels("signed").inc()
     return response
 
 

@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from .. import __version__
+from .. import __version__, metrics
 from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS, open_door
 from ..commerce.context import UNVERIFIED
 from ..errors import BadRequest, GatewayError, NotFound
@@ -264,6 +264,7 @@ class _Handlers:
         if self.principal is None and effective_mode(self.company.signature_policy, self.settings.dev_mode) == "log":
             await count_policy_refusal(self.request, self.company, "signature_missing")  # required would refuse it
         if tool is not None:
+            self.request[metrics.OPERATION] = tool.definition["name"]  # create_checkout, ...: bounded
             principal = self._caller(arguments)
             payload = await tool.call(McpCall(self.request, self.company, principal, arguments))
             return call_result(payload, is_error=False)

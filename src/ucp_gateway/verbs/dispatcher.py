@@ -22,6 +22,7 @@ from typing import Any
 
 import asyncpg
 
+from .. import metrics
 from ..clock import Clock, SystemClock
 from ..company_settings import daily_caps, setting
 from ..config import Settings
@@ -190,9 +191,11 @@ class Dispatcher:
             # a stored receipt would have taken precedence over this refusal: decide on the full facts
             inputs = await self._inputs(verb, principal, call, company, now)
             decision = decide(verb, principal, call, inputs, self.registry)
-        if decision.outcome in ("deny", "pending"):
+        outcome = decision.outcome
+        metrics.CONSENT.labels(decision.reason or outcome if outcome == "deny" else outcome).inc()
+        if outcome in ("deny", "pending"):
             return await self._refuse(principal, company, call, verb, decision, now)
-        if decision.outcome == "replay":
+        if outcome == "replay":
             return await self._replay(principal, company, call, verb, decision, now)
         assert verb is not None
         write = decision.risk_class not in _READ_OR_NONE
@@ -203,6 +206,7 @@ class Dispatcher:
             return await self._execute(principal, company, call, verb, decision, key, now, t0)
         except _Replay as rp:
             if rp.digest != decision.digest:
+                metrics.IDEMPOTENCY.labels(principal.transport, "conflict").inc()
                 d = Decision(
                     "deny",
                     decision.risk_class,
@@ -445,6 +449,7 @@ class Dispatcher:
         return env
 
     async def _replay(self, principal, company, call, verb, decision, now, envelope=None) -> dict[str, Any]:
+        metrics.IDEMPOTENCY.labels(principal.transport, "replayed").inc()
         if envelope is None:
             async with tenant_tx(self.pool, company.id) as conn:
                 got = await store.stored_key(conn, principal.key, _scope(verb), call.idempotency_key, now)
