@@ -1,8 +1,8 @@
 -- 0087: what the metrics and the SLO view read (ucp_gateway.monitor, ucp_gateway.slo).
 --
--- The database gauges (webhook queue depth and oldest undelivered event, signing keys by state)
--- are counted across companies in platform_scan_tx(pool, 'metrics', role='ucp_scan'): the scan
--- role (0090) reads only the columns granted to it there, through policies naming this scope.
+-- The database gauges (webhook queue depth, oldest undelivered event and dead letters, signing
+-- keys by state) are counted across companies in platform_scan_tx(pool, 'metrics', role='ucp_scan'):
+-- the scan role (0090) reads only the columns granted to it, through policies naming this scope.
 -- The role is made here when this migration runs first (the same statement as 0090's).
 DO $$
 BEGIN
@@ -11,6 +11,10 @@ BEGIN
     END IF;
 EXCEPTION WHEN duplicate_object THEN NULL;  -- another database on this cluster created it first
 END $$;
+GRANT SELECT (company_id, enqueued_at) ON webhook_queue TO ucp_scan;
+GRANT SELECT (company_id, dead_at) ON webhook_outbox TO ucp_scan;
+GRANT SELECT (company_id, state) ON company_keys TO ucp_scan;
+GRANT SELECT (id, slug) ON companies TO ucp_scan;
 CREATE POLICY metrics_scan ON company_keys FOR SELECT TO ucp_scan
     USING (current_setting('app.platform_scan', true) = 'metrics');
 CREATE POLICY metrics_scan ON webhook_queue FOR SELECT TO ucp_scan

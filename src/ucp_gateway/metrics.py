@@ -51,6 +51,7 @@ __all__ = [
     "SIGNATURES",
     "SIGNING_KEYS",
     "SLO_BUCKETS",
+    "WEBHOOK_DEAD",
     "WEBHOOK_DELIVERIES",
     "WEBHOOK_OLDEST",
     "WEBHOOK_QUEUE",
@@ -131,6 +132,9 @@ WEBHOOK_OLDEST = gauge(
     "Age of the oldest order webhook event not yet delivered, per company, in seconds (0: none).",
     ("company",),
     "livemostrecent",
+)
+WEBHOOK_DEAD = gauge(
+    "webhook_dead_letters", "Order webhook events given up (dead letters), per company.", ("company",), "livemostrecent"
 )
 SIGNING_KEYS = gauge(
     "signing_keys",

@@ -2,8 +2,8 @@
 
 - Pool use of this process (``ucpgw_db_pool_connections{state}``: in_use, idle, max).
 - Across companies, one read each under the scan scope ``metrics`` as ``ucp_scan`` (migration
-  0087): webhook queue depth and age of the oldest undelivered event per company, signing keys
-  per company and state. Every worker reads them; a scrape shows the most recent reading.
+  0087): webhook queue depth, age of the oldest undelivered event and dead letters per company,
+  signing keys per company and state. Every worker reads them; a scrape shows the most recent reading.
 - The flush of this process's per-minute SLO counts (``metrics.SLO_PENDING``) into
   ``request_slo_minutes``, one upsert per company in its tenant transaction (also at shutdown).
 
@@ -36,9 +36,12 @@ _log = logging.getLogger("ucp_gateway.monitor")
 _KEY_STATES = ("pending", "active", "rotating", "retired", "compromised")
 
 _QUEUE_SQL = (
-    "SELECT c.slug, count(*)::bigint AS depth, min(o.created_at) AS oldest"
-    " FROM webhook_queue q JOIN webhook_outbox o ON o.company_id = q.company_id AND o.id = q.event_id"
-    " JOIN companies c ON c.id = q.company_id GROUP BY c.slug"
+    "SELECT c.slug, q.depth, q.oldest FROM (SELECT company_id, count(*)::bigint AS depth, min(enqueued_at) AS oldest"
+    " FROM webhook_queue GROUP BY company_id) q JOIN companies c ON c.id = q.company_id"
+)
+_DEAD_SQL = (
+    "SELECT c.slug, d.n FROM (SELECT company_id, count(*)::bigint AS n FROM webhook_outbox"
+    " WHERE dead_at IS NOT NULL GROUP BY company_id) d JOIN companies c ON c.id = d.company_id"
 )
 _KEYS_SQL = (
     "SELECT c.slug, k.state, count(*)::bigint AS n FROM company_keys k JOIN companies c ON c.id = k.company_id"
@@ -67,7 +70,7 @@ class _Seen:
         self.labels = set(values)
 
 
-_queue_seen, _oldest_seen, _keys_seen = _Seen(), _Seen(), _Seen()
+_queue_seen, _oldest_seen, _keys_seen, _dead_seen = _Seen(), _Seen(), _Seen(), _Seen()
 
 
 def sample_pool(pool: asyncpg.Pool) -> None:
@@ -89,6 +92,10 @@ async def sample(pool: asyncpg.Pool, now: datetime | None = None) -> None:
         oldest[key] = max(oldest.get(key, 0.0), max(0.0, (now - r["oldest"]).total_seconds()))
     _queue_seen.update(metrics.WEBHOOK_QUEUE, depth)
     _oldest_seen.update(metrics.WEBHOOK_OLDEST, oldest)
+    dead = {
+        (metrics.company_label(_Slug(r["slug"])),): float(r["n"]) for r in await due_scan(pool, "metrics", _DEAD_SQL)
+    }
+    _dead_seen.update(metrics.WEBHOOK_DEAD, dead)
     keys: dict[tuple[str, ...], float] = defaultdict(float)
     for r in await due_scan(pool, "metrics", _KEYS_SQL):
         if r["state"] in _KEY_STATES:
