@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -192,3 +194,26 @@ async def test_spent_retry_budget_is_dead_lettered_listed_and_requeued(database,
         assert receivers.ids("flaky") == [eid]
     finally:
         await w.close()
+
+
+async def test_staff_see_and_requeue_dead_letters_from_the_cli(database, company, db_settings, receivers):
+    from ..test_cli import run
+
+    (eid,) = await _events(database, company, receivers, "gone", 1)
+    async with tenant_tx(database.pool, company.id) as conn:
+        held = await conn.fetchval("SELECT next_attempt_at FROM webhook_queue WHERE event_id = $1", uuid.UUID(eid))
+    now = datetime.now(UTC)
+    assert await wq.dead_letter(database.pool, company.id, uuid.UUID(eid), held, now=now, error="HTTP 410")
+    env = {"DATABASE_URL": db_settings.database_url}
+    status = await asyncio.to_thread(run, ["webhooks", "status", "--json"], env)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["depth"] == 0
+    dead = await asyncio.to_thread(run, ["webhooks", "dead", "--company", company.slug, "--json"], env)
+    assert dead.returncode == 0, dead.stderr
+    (row,) = json.loads(dead.stdout)["dead"]
+    assert row["id"] == eid and row["last_error"] == "HTTP 410" and row["attempts"] == 1
+    again = await asyncio.to_thread(run, ["webhooks", "retry", "--company", company.slug, eid], env)
+    assert again.returncode == 0 and f"requeued {eid}" in again.stdout, again.stderr
+    assert (await wq.queue_stats(database.pool, now=datetime.now(UTC))).depth == 1
+    missing = await asyncio.to_thread(run, ["webhooks", "retry", "--company", company.slug, eid], env)
+    assert missing.returncode != 0 and "no dead-lettered webhook" in missing.stderr
