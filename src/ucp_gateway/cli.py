@@ -36,6 +36,7 @@ __all__ = ["COMMAND_MODULES", "build_parser", "common_parser", "emit", "main"]
 # Modules with a ``register(subparsers)`` function; each adds its own commands.
 COMMAND_MODULES: list[str] = [
     "ucp_gateway.discovery.cli",  # partners add|list|remove|policy
+    "ucp_gateway.access.cli",  # partners credentials add|list|revoke (after partners)
     "ucp_gateway.verbs.cli",  # verbs list|seed-demo, agent dispatch, audit verify
     "ucp_gateway.keys.cli",  # keys ..., admin-tokens create
     "ucp_gateway.commerce.cli",  # orders list|show (staff view of UCP orders)

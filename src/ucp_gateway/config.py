@@ -122,9 +122,9 @@ class Settings(BaseSettings):
     httpsig_max_age: int = Field(default=300, ge=1, description="Max age of a signature's created (s).")
     httpsig_future_skew: int = Field(default=30, ge=0, description="Tolerated future created (s).")
     httpsig_require_created: bool = Field(
-        default=True,
-        description="Refuse a request signature without a created parameter: it would be valid for ever (UCP "
-        "makes created optional; RFC 9421 §7.2.4 recommends it; every usual signer sends it). false accepts it.",
+        default=False,
+        description="Refuse a UCP request signature without a created parameter. UCP makes created optional "
+        "(replay protection is the signed idempotency key); RFC 9421 §7.2.4 recommends it. true refuses it.",
     )
     httpsig_tag: str | None = Field(default=None, description="If set, only signatures with this tag count.")
     httpsig_allow_es384: bool = True
@@ -142,6 +142,9 @@ class Settings(BaseSettings):
         "the route's own token check.",
     )
     httpsig_sign_responses: bool = Field(default=False, description="Sign every response on company hosts.")
+    oauth_token_ttl: int = Field(
+        default=900, ge=60, le=3600, description="Lifetime (s) of the OAuth client-credentials access tokens."
+    )
     httpsig_profile_ttl: float = Field(default=300.0, ge=60, description="Platform profile cache TTL (s).")
     httpsig_profile_refresh_floor: float = Field(default=60.0, ge=0, description="Min s between refetches.")
 

@@ -52,21 +52,19 @@ async def test_unsigned_request_gets_ucp_error(env):
     assert await r.json() == {"code": "signature_missing", "content": "request is not signed"}
 
 
-async def test_a_signature_without_created_is_refused_unless_configured(env):
-    """Regression (security review): a signature with no ``created`` (nor ``expires``) passed every
-    freshness check, so a captured request stayed valid for ever. It is refused by default
-    (``httpsig_require_created``); an operator may accept it, and freshness then rests on the
-    idempotency store (UCP makes ``created`` optional)."""
+async def test_a_signature_without_created_is_accepted_unless_configured(env):
+    """UCP makes ``created`` optional (replay protection is the signed idempotency key), and real
+    signers omit it: accepted by default. An operator may refuse it (``httpsig_require_created``)."""
     from ucp_gateway.appkeys import SETTINGS
 
     hdrs = [("Host", "shop.example"), *sign_request(env.key, profile=env.profile_url, body=BODY, created=None)]
     assert not any("created=" in v for n, v in hdrs if n == "Signature-Input")
     r = await post(env, headers=hdrs)
+    assert r.status == 200, await r.text()
+    env.app[SETTINGS].httpsig_require_created = True
+    r = await post(env, headers=hdrs)
     assert r.status == 401
     assert await r.json() == {"code": "signature_invalid", "content": "signature has no created parameter"}
-    env.app[SETTINGS].httpsig_require_created = False
-    r = await post(env, headers=hdrs)
-    assert r.status == 200, await r.text()
 
 
 async def test_tampered_body_is_digest_mismatch(env):

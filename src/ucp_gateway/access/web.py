@@ -2,8 +2,11 @@
 
 Admin routes (``Authorization: Bearer ucpat_...``)::
 
-    GET /admin/v1/access                    read_only   policy, access table, log-policy counters (7 days)
-    PUT /admin/v1/access/policy             admin       {"signature_policy": "required"|"strict"|"optional"|"log"|"off"}
+    GET  /admin/v1/access                           read_only   policy, access table, log-policy counters (7 days)
+    PUT  /admin/v1/access/policy                    admin       {"signature_policy": one of the policies}
+    GET  /admin/v1/partners/credentials             read_only   API keys and OAuth clients (never a secret)
+    POST /admin/v1/partners/credentials             admin       {"kind", "profile_url", "label"?}: the secret, once
+    POST /admin/v1/partners/credentials/{id}/revoke admin       final; an OAuth client's tokens die with it
 
 A policy change reaches every replica within ``host_cache_ttl`` seconds (the host cache), no restart.
 """
@@ -28,7 +31,10 @@ from ..levels import DEFAULT_LEVELS, STRICT_LEVELS
 from ..logs import get_logger
 from ..mediatype import require_json_body
 from ..tenancy import SIGNATURE_POLICIES, get_company
+from . import oauth
 from .counts import count_refusal, refusal_counts
+from .credentials import add_credential, list_credentials, revoke_credential
+from .proofs import api_key_proof, bearer_proof
 
 __all__ = ["setup"]
 
@@ -79,10 +85,52 @@ async def policy_put(request: web.Request, p: StaffPrincipal) -> Any:
     return {"signature_policy": policy}
 
 
+@admin_route("read_only")
+async def credentials_get(request: web.Request, p: StaffPrincipal) -> Any:
+    return {"credentials": [c.to_json() for c in await list_credentials(request.app[DATABASE].pool, p.company_id)]}
+
+
+@admin_route("admin")
+async def credentials_post(request: web.Request, p: StaffPrincipal) -> Any:
+    """Body ``{"kind": "api-key"|"oauth-client", "profile_url", "label"?}``; the secret is in the answer once."""
+    raw = await request.read()
+    require_json_body(request, raw)
+    try:
+        data = loads_strict(raw or b"{}")
+    except InvalidJson as exc:
+        raise BadRequest(f"body must be JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("profile_url"), str):
+        raise BadRequest('body must be {"kind": "api-key"|"oauth-client", "profile_url": "...", "label"?: "..."}')
+    label = data.get("label")
+    cred, secret = await add_credential(
+        request.app[DATABASE].pool, p.company_id, kind=str(data.get("kind")), profile_url=data["profile_url"],
+        now=(request.app.get(CLOCK) or SystemClock()).now(), label=label if isinstance(label, str) else None,
+    )  # fmt: skip
+    _log.info("platform_credential_added", company_id=str(p.company_id), id=cred.id, actor=p.actor)
+    return {**cred.to_json(), "secret": secret}
+
+
+@admin_route("admin")
+async def credentials_revoke(request: web.Request, p: StaffPrincipal) -> Any:
+    cred = await revoke_credential(request.app[DATABASE].pool, p.company_id, request.match_info["id"],
+                                   now=(request.app.get(CLOCK) or SystemClock()).now())  # fmt: skip
+    _log.info("platform_credential_revoked", company_id=str(p.company_id), id=cred.id, actor=p.actor)
+    return cred.to_json()
+
+
 def setup(app: web.Application) -> None:
-    """Install the log-policy counter and the admin routes; the proof verifiers append themselves to
-    ``app[PROOF_VERIFIERS]`` (read by the signature layer on every request)."""
-    app.setdefault(PROOF_VERIFIERS, [])
+    """Install the proof verifiers (API key, OAuth bearer token: read by the signature layer on every
+    request, each returning at once when its header is absent), the log-policy counter, the OAuth
+    authorization server routes (exempt from the signature layer) and the admin routes."""
+    verifiers = app.setdefault(PROOF_VERIFIERS, [])
+    verifiers.extend([api_key_proof, bearer_proof])
     app[POLICY_COUNTER] = _count
+    settings = app[SETTINGS]
+    if "/oauth2/" not in settings.httpsig_exempt_prefixes:
+        settings.httpsig_exempt_prefixes = (*settings.httpsig_exempt_prefixes, "/oauth2/")
+    oauth.setup_routes(app)
     app.router.add_get("/admin/v1/access", access_get)
     app.router.add_put("/admin/v1/access/policy", policy_put)
+    app.router.add_get("/admin/v1/partners/credentials", credentials_get)
+    app.router.add_post("/admin/v1/partners/credentials", credentials_post)
+    app.router.add_post("/admin/v1/partners/credentials/{id}/revoke", credentials_revoke)

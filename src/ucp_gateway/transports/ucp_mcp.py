@@ -46,6 +46,7 @@ from ..errors import BadRequest, GatewayError, NotFound
 from ..httpsig.errors import SignatureMissing
 from ..httpsig.web import count_policy_refusal, effective_mode, mark_for_signing
 from ..jsonbody import InvalidJson, loads_strict
+from ..levels import ProofKind
 from ..mediatype import json_response, json_type_problem
 from ..verbs.decide import Call
 from ..verbs.manifest import listed, published
@@ -138,12 +139,14 @@ async def principal_for(request: web.Request, company: Any) -> Principal | None:
     """Staff bearer token -> staff principal; a verified signature -> buyer principal; else None."""
     app = request.app
     auth = request.headers.get("Authorization")
+    verified = request.get(REQ_PRINCIPAL)
+    if auth and getattr(verified, "proof", None) == ProofKind.OAUTH and verified.authenticated:
+        auth = None  # a platform's OAuth bearer token, verified by the signature layer's proofs
     if auth:
         p = await app[VERBS].authenticator(app[DATABASE].pool, company, auth, request)
         if p is None:
             raise _Unauthorized("the bearer token is not valid for this company")
         return replace(p, transport=SURFACE)
-    verified = request.get(REQ_PRINCIPAL)
     if getattr(verified, "authenticated", False) and getattr(verified, "profile_url", None):
         return Principal("buyer", company.id, "buyer", str(verified.profile_url), SURFACE)
     return None

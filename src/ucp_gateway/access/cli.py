@@ -1,0 +1,72 @@
+"""``ucp-gateway partners credentials add|list|revoke --company SLUG``: platform credentials.
+
+``add --kind api-key|oauth-client --profile URL [--label TEXT]`` prints the secret once (the API key,
+or the OAuth client id and secret); ``list`` never shows a secret; ``revoke --id ID`` is final. The
+command joins the discovery package's ``partners`` command (registered after it in COMMAND_MODULES).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from typing import Any
+
+from ..config import Settings
+from ..db import open_database
+from ..tenancy import get_company
+from .credentials import KINDS, add_credential, list_credentials, revoke_credential
+
+__all__ = ["cmd_credentials", "register"]
+
+
+async def cmd_credentials(args: argparse.Namespace, settings: Settings) -> int:
+    from ..cli import emit  # late: ucp_gateway.cli imports this module while building its parser
+
+    now = dt.datetime.now(dt.UTC)
+    async with open_database(settings) as db:
+        company = await get_company(db.pool, args.company)
+        if args.credentials_cmd == "add":
+            cred, secret = await add_credential(db.pool, company.id, kind=args.kind, profile_url=args.profile,
+                                                now=now, label=args.label)  # fmt: skip
+            what = "X-API-Key" if cred.kind == "api_key" else f"client_id={cred.id} client_secret"
+            emit(args, {**cred.to_json(), "secret": secret}, f"{cred.id} for {cred.profile_url}\n{what}: {secret}\n"
+                 "(shown once: store it now)")  # fmt: skip
+        elif args.credentials_cmd == "list":
+            creds = [c for c in await list_credentials(db.pool, company.id)
+                     if args.kind is None or c.kind == args.kind.replace("-", "_")]  # fmt: skip
+            lines = [f"{c.id}\t{c.kind}\t{c.profile_url}\t{'revoked' if c.revoked_at else 'live'}\t{c.label or ''}"
+                     for c in creds]  # fmt: skip
+            emit(args, {"credentials": [c.to_json() for c in creds]}, "\n".join(lines))
+        else:
+            cred = await revoke_credential(db.pool, company.id, args.id, now=now)
+            emit(args, cred.to_json(), f"revoked {cred.id}")
+    return 0
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> Any:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def register(sub: Any) -> None:
+    """Add ``credentials`` under the ``partners`` command."""
+    from ..cli import common_parser
+
+    partners = sub.choices["partners"]
+    cred = _subparsers(partners).add_parser("credentials", help="API keys and OAuth clients of partner platforms")
+    csub = cred.add_subparsers(dest="credentials_cmd", required=True)
+    shared = [common_parser()]
+
+    def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--company", required=True, help="company slug or id")
+        p.set_defaults(func=cmd_credentials)
+        return p
+
+    add = common(csub.add_parser("add", parents=shared, help="new API key or OAuth client (secret shown once)"))
+    add.add_argument("--kind", required=True, choices=KINDS)
+    add.add_argument("--profile", required=True, help="the partner's platform profile URL (partners add first)")
+    add.add_argument("--label", default=None)
+    lst = common(csub.add_parser("list", parents=shared, help="list credentials (no secrets)"))
+    lst.add_argument("--kind", choices=KINDS, default=None)
+    rv = common(csub.add_parser("revoke", parents=shared, help="revoke a credential (final)"))
+    rv.add_argument("--id", required=True)
+    rv.add_argument("--kind", choices=KINDS, default=None)
