@@ -15,7 +15,8 @@ in its ``setup``):
   ``call(request)`` runs the rest. The MCP binding rewrites REST-shaped errors into JSON-RPC here.
 - ``app[PUBLIC_FAST_PATHS][path]``: a :class:`PublicPath` ``(handler, answer)``. ``answer(request,
   host) -> response | None`` is sync (``host`` is ``request.host``) and is asked once the router
-  matched ``handler`` and the Host has a fresh host-cache answer, before the subsystem middlewares.
+  matched ``handler`` and the Host is known to the host cache (``HostCache.known``: resolved within
+  its ``known_grace``, revalidated when stale), before the subsystem middlewares.
   It answers a public document from a cache, or returns None and the request takes the full path.
   It must answer byte-for-byte what the full path would, so it may answer only requests that no
   subsystem middleware would act on (discovery's ``/.well-known/ucp``); the foundation adds
@@ -29,7 +30,7 @@ a request only where this layer would have answered it from the same ``PublicPat
 whose request target is exactly the path (no query, no escapes, so no ``%00``), for a method the
 router was seen to send to ``handler`` at that exact target (:attr:`PublicPath.methods`, learnt by
 this layer; the router is frozen once serving), without ``Expect`` and without a path wrapper, with
-a fresh host-cache answer for the Host; everything else, a decline and a fault go to aiohttp's
+a Host known to the host cache; everything else, a decline and a fault go to aiohttp's
 handler unchanged (a fault is then met and logged again by this layer, with the request id).
 """
 
@@ -294,7 +295,8 @@ def foundation_middleware(state: Foundation) -> Middleware:
             host = request.headers.get(_HOST)  # None: refused on the full path
             if host is not None and request.raw_path[:1] != "/":
                 host = None  # an absolute-form target: the full path checks it against Host
-            if host is not None and host_cache.cached(host) is not _MISS:  # a miss: the full path resolves it
+            # a public document needs only a known Host (HostCache.known); a miss: the full path resolves it
+            if host is not None and host_cache.known(host):
                 try:
                     response = public.answer(request, host)
                 except Exception:  # a fault in the fast path: the full path answers (a decline, logged)
@@ -427,7 +429,7 @@ def front_handler(state: Foundation, handle: RawHandler) -> RawHandler:
         if _EXPECT in headers or path in wrappers:  # aiohttp answers Expect before routing; a wrapper runs around
             return handle(request)
         host = headers.get(_HOST)  # without one, the foundation layer answers (400)
-        if host is None or host_cache.cached(host) is _MISS:
+        if host is None or not host_cache.known(host):
             return handle(request)
         start = time.perf_counter() if timed else 0.0
         try:

@@ -488,9 +488,10 @@ class HostCache:
     MISS = object()  #: what :meth:`cached` returns when the Host needs a lookup
     _BATCH = 1000
 
-    def __init__(self, ttl: float = 2.0, max_entries: int = 100_000):
+    def __init__(self, ttl: float = 2.0, max_entries: int = 100_000, known_grace: float = 60.0):
         self.ttl = ttl
         self.max_entries = max_entries
+        self.known_grace = max(known_grace, ttl)
         self._entries: dict[str, tuple[float, Company | None, UUID | None]] = {}
         self._inflight: dict[str, asyncio.Future[Company | None]] = {}
         self._stale: set[str] = set()
@@ -513,6 +514,25 @@ class HostCache:
                     self._revalidating = asyncio.get_running_loop().create_task(self._revalidate())
                 return hit[1]
         return self.MISS
+
+    def known(self, host: str | None) -> bool:
+        """Whether ``host`` was resolved less than ``known_grace`` seconds ago (its revalidation
+        started when it is stale): enough for a public document whose own cache entry is kept per
+        Host and revalidated by version (``/.well-known/ucp``'s fast path), never for a decision
+        that reads the company (signature policy, settings: :meth:`cached`). Synchronous."""
+        key = host or ""
+        hit = self._entries.get(key)
+        if hit is None:
+            return False
+        now = time.monotonic()
+        if hit[0] > now:
+            return True
+        if hit[0] + self.known_grace - self.ttl > now and self._pool is not None:
+            self._stale.add(key)
+            if self._revalidating is None:
+                self._revalidating = asyncio.get_running_loop().create_task(self._revalidate())
+            return True
+        return False
 
     async def resolve(self, pool: asyncpg.Pool, host: str | None) -> Company | None:
         """Like :func:`resolve_host`, through the cache (keyed by the Host as received, so a hit

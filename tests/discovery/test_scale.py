@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import time
 
 import asyncpg
 import pytest
@@ -242,3 +243,20 @@ async def test_the_fast_path_answers_a_stale_profile_while_its_version_is_read(
     await asyncio.sleep(0.05)
     fresh = await client.get("/.well-known/ucp", headers={"Host": "acme.example"})
     assert fresh.headers["ETag"] != first.headers["ETag"] and len((await fresh.json())["signing_keys"]) == 2
+
+
+async def test_a_host_is_known_to_the_fast_path_longer_than_its_company_is_cached(database):
+    """known() (enough for a public document cached per Host) lasts known_grace; cached() (what a
+    decision reads) ttl and one more while revalidated."""
+    await create_company(database.pool, slug="a", display_name="A", hostnames=["a.example"])
+    cache = HostCache(ttl=0.1, known_grace=5.0)
+    await cache.resolve(database.pool, "a.example")
+    assert not cache.known("other.example")
+    cache._entries["a.example"] = (time.monotonic() - 1.0, *cache._entries["a.example"][1:])  # 1 s past its ttl
+    assert cache.cached("a.example") is HostCache.MISS  # too old to decide anything with
+    assert cache.known("a.example")  # ... but known, and being revalidated
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if cache._revalidating is None:
+            break
+    assert cache.cached("a.example").slug == "a"  # renewed: unchanged

@@ -12,8 +12,10 @@ again when it changed. So a company's profile costs a render when it changed and
 The cache holds at most ``max_bytes`` of entries (body and headers, an estimate), evicting the
 entries renewed longest ago first: an entry is re-inserted when it is renewed, and it is renewed
 only when it is asked for, so the order is close to least recently used without any work on a hit.
-The fast path answers a stale entry too, for at most one more ``ttl``, while it is revalidated
-(:meth:`RenderedProfiles.stale`): many companies' profiles then stay on the fast path.
+The fast path answers a stale entry too, for at most ``grace`` seconds past its ``ttl`` (the
+profile's ``max-age``: what any client may keep it for anyway), while it is revalidated
+(:meth:`RenderedProfiles.stale`): the profiles of many companies, each asked less often than every
+``ttl``, then stay on the fast path.
 """
 
 from __future__ import annotations
@@ -98,8 +100,9 @@ class RenderedProfiles:
     task per key revalidates (no stampede of reads when an entry expires under load); at most
     ``max_bytes`` of entries (module docstring)."""
 
-    def __init__(self, ttl: float, max_bytes: int = 64 * 1024 * 1024):
+    def __init__(self, ttl: float, max_bytes: int = 64 * 1024 * 1024, grace: float | None = None):
         self.ttl = ttl
+        self.grace = ttl if grace is None else grace  # how long past its ttl the fast path answers it
         self.max_bytes = max_bytes
         self.bytes = 0
         self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
@@ -116,11 +119,11 @@ class RenderedProfiles:
         return None
 
     def stale(self, key: Hashable, version: Version) -> Entry | None:
-        """The entry for ``key`` when its time is up by less than one more ``ttl`` and a version
+        """The entry for ``key`` when its time is up by less than ``grace`` seconds and a version
         covers it, its revalidation started (renewed when the version is unchanged, dropped when it
         changed: the next request renders); else None. Synchronous, for the fast path."""
         hit = self._entries.get(key)
-        if hit is None or hit.company is None or hit.version is None or time.monotonic() >= hit.expires + self.ttl:
+        if hit is None or hit.company is None or hit.version is None or time.monotonic() >= hit.expires + self.grace:
             return None
         if key not in self._inflight:
             self._track(key, self._check(key, version, hit))

@@ -283,7 +283,7 @@ def public_fast_path(
     - the path is exempt from trust (``UCP-Agent`` is never acted on there; a constant) and, in the
       current settings, from signature verification (``httpsig_exempt_prefixes``, re-read whenever
       the setting is a new object);
-    - the rendered profile for this Host is fresh, or stale by less than one more TTL with a
+    - the rendered profile for this Host is fresh, or stale by less than ``profile_max_age`` with a
       version that covers it (then its revalidation starts: ``version(company_id)`` reads the
       company's current version); a miss or an invalid Host takes the full path.
 
@@ -367,7 +367,9 @@ def setup(app: web.Application) -> None:
     fetcher = ProfileFetcher(settings, clock=app[CLOCK] if CLOCK in app else None)
     app[PROFILE_FETCHER] = fetcher
     app[KEY_RESOLVER] = fetcher  # the signature middleware resolves caller keys through the fetcher
-    rendered = app[_RENDERED] = RenderedProfiles(settings.profile_render_ttl, settings.profile_cache_bytes)
+    rendered = app[_RENDERED] = RenderedProfiles(
+        settings.profile_render_ttl, settings.profile_cache_bytes, grace=settings.profile_max_age
+    )
     app[_PAGES] = _Pages(settings.profile_render_ttl)
     if KEYS_PROVIDER not in app:
         app[KEYS_PROVIDER] = published_jwks  # pending + active + rotating (ucp_gateway.keys)
