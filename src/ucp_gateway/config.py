@@ -84,6 +84,9 @@ class Settings(BaseSettings):
         description="event loop of `serve`: auto = uvloop when installed (less CPU per request), else asyncio's",
     )
     host_cache_ttl: float = Field(default=2.0, ge=0, description="seconds a Host -> company lookup is cached")
+    block_cache_ttl: float = Field(
+        default=2.0, ge=0, le=60, description="seconds a company's key/profile blocks and profile purges are reused"
+    )
     client_max_size: int = Field(default=1 << 20, ge=1024, description="largest request body accepted, bytes")
     body_read_timeout: float = Field(default=10.0, gt=0, description="seconds to receive a request body (408 after)")
     demo: bool = False

@@ -18,7 +18,7 @@ from .partners import (
     set_policy,
 )
 
-__all__ = ["cmd_partners", "register"]
+__all__ = ["cmd_blocks", "cmd_partners", "register"]
 
 
 def _dev_hosts(settings: Settings) -> frozenset[str]:
@@ -68,8 +68,56 @@ async def cmd_partners(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def cmd_blocks(args: argparse.Namespace, settings: Settings) -> int:
+    """``blocks add|remove|list|purge``: a company's blocks on platform keys and profiles, and
+    purges of a cached profile (httpsig.blocks; every process within block_cache_ttl seconds)."""
+    from ..clock import SystemClock
+    from ..httpsig.blocks import add_block, list_blocks, purge_profile, remove_block
+
+    async with open_database(settings) as db:
+        company = await get_company(db.pool, args.company)
+        now = SystemClock().now()
+        if args.blocks_cmd == "add":
+            reason = args.reason or ""
+            b = await add_block(db.pool, company.id, args.kind, args.value, reason=reason, actor="cli", now=now)
+            _out(args, b, f"blocked {b['kind']} {b['value']}")
+        elif args.blocks_cmd == "remove":
+            await remove_block(db.pool, company.id, args.kind, args.value)
+            _out(args, {"removed": {"kind": args.kind, "value": args.value}}, f"unblocked {args.kind} {args.value}")
+        elif args.blocks_cmd == "list":
+            blocks = await list_blocks(db.pool, company.id)
+            text = "\n".join(f"{b['kind']}\t{b['value']}\t{b['created_at']}\t{b['reason']}" for b in blocks)
+            _out(args, blocks, text or "no blocks")
+        else:
+            await purge_profile(db.pool, company.id, args.profile)
+            _out(args, {"purged": args.profile}, f"purged {args.profile} (every process within seconds)")
+    return 0
+
+
+def _register_blocks(sub: Any, shared: list) -> None:
+    from ..httpsig.blocks import KINDS
+
+    parser = sub.add_parser("blocks", help="block a platform key or profile for a company; purge a cached profile")
+    bsub = parser.add_subparsers(dest="blocks_cmd", required=True)
+    for name, help_ in (("add", "block a key (kid, thumbprint) or a profile URL"), ("remove", "lift a block")):
+        p = bsub.add_parser(name, parents=shared, help=help_)
+        p.add_argument("--company", required=True, help="company slug or id")
+        p.add_argument("--kind", required=True, choices=KINDS)
+        p.add_argument("value", help="the kid, RFC 7638 thumbprint or profile URL (after '--' if it starts with '-')")
+        if name == "add":
+            p.add_argument("--reason")
+        p.set_defaults(func=cmd_blocks)
+    p = bsub.add_parser("list", parents=shared, help="list the company's blocks")
+    p.add_argument("--company", required=True, help="company slug or id")
+    p.set_defaults(func=cmd_blocks)
+    p = bsub.add_parser("purge", parents=shared, help="drop the cached copy of a platform profile on every process")
+    p.add_argument("--company", required=True, help="company slug or id")
+    p.add_argument("profile", help="the platform profile URL")
+    p.set_defaults(func=cmd_blocks)
+
+
 def register(sub: Any) -> None:
-    """Add the ``partners`` command to the CLI's sub-parsers."""
+    """Add the ``partners`` and ``blocks`` commands to the CLI's sub-parsers."""
     parser = sub.add_parser("partners", help="known platform profiles of a company (role and tier each)")
     psub = parser.add_subparsers(dest="partners_cmd", required=True)
 
@@ -95,3 +143,4 @@ def register(sub: Any) -> None:
     common(pol)
     pol.add_argument("--mode", choices=TRUST_MODES, default=None)
     pol.add_argument("--default-role", choices=PARTNER_ROLES, default=None)
+    _register_blocks(sub, shared)

@@ -155,6 +155,13 @@ class ProfileFetcher:
         except InvalidJson:
             raise ProfileMalformed("profile is not JSON") from None
 
+    def purge(self, url: str) -> None:
+        """Forget the cached copy of ``url`` and any backoff after a failure: the next lookup fetches
+        it again (an operator's purge, httpsig.blocks). Its origin may be refreshed again at once."""
+        self._cache.pop(url, None)
+        self._failures.pop(url, None)
+        self._forced.pop(_origin(url), None)
+
     def cached(self, url: str) -> PlatformProfile | None:
         """The cached copy (fresh or stale) without any I/O."""
         entry = self._cache.get(url)

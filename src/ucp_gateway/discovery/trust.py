@@ -20,6 +20,7 @@ from aiohttp import web
 from multidict import istr
 
 from ..appkeys import DATABASE, REQ_COMPANY, SETTINGS
+from ..httpsig.web import BLOCK_CACHE
 from .agent_header import parse_ucp_agent
 from .errors import ProfileNotTrusted
 from .partners import AgentRole, role_for_agent
@@ -77,13 +78,16 @@ TRUST_CACHE = web.AppKey("ucpgw.trust_cache", TrustCache)
 async def trust_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """On company hosts, for requests with ``UCP-Agent``: 400 on a malformed header, 403 in allowlist
-    mode for an unregistered profile, else ``request[REQ_AGENT_ROLE]`` is set."""
+    """On company hosts, for requests with ``UCP-Agent``: 400 on a malformed header, 403 for a profile
+    the company blocked (httpsig.blocks) and, in allowlist mode, for an unregistered one, else
+    ``request[REQ_AGENT_ROLE]`` is set."""
     company = request.get(REQ_COMPANY)
     header = request.headers.get(_UCP_AGENT)
     if company is None or header is None or trust_exempt(request.path):
         return await handler(request)
     settings = request.app[SETTINGS]
     agent = parse_ucp_agent(header, http_hosts=_http_hosts(settings.dev_mode, tuple(settings.dev_profile_hosts)))
+    if agent.profile in (await request.app[BLOCK_CACHE].get(request.app[DATABASE].pool, company.id)).profiles:
+        raise ProfileNotTrusted("this platform profile is blocked by the business")
     request[REQ_AGENT_ROLE] = await request.app[TRUST_CACHE].role(request, company.id, agent.profile)
     return await handler(request)

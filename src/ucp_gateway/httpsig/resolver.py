@@ -108,6 +108,10 @@ class ProfileKeyResolver:
         self._cache[url] = entry
         return entry
 
+    def purge(self, profile_url: str) -> None:
+        """Forget the cached profile: the next lookup fetches it again (an operator's purge)."""
+        self._cache.pop(profile_url, None)
+
     def cache_age(self, profile_url: str) -> float | None:
         """Seconds since the profile was fetched, or None if not cached (for the debug endpoint)."""
         e = self._cache.get(profile_url)

@@ -52,7 +52,8 @@ from ..errors import BadRequest, GatewayError
 from ..levels import ACCESS_LEVEL_HEADER, AccessLevel, ProofKind
 from ..mediatype import DECODED_CODINGS, json_response
 from ..tenancy import resolve_host
-from .errors import SignatureInvalid, SignatureMissing
+from .blocks import BlockCache
+from .errors import KeyNotFound, SignatureInvalid, SignatureMissing
 from .fused import verify_fused
 from .policy import SignaturePolicy
 from .replay import PgReplayStore, ReplayStore
@@ -63,6 +64,7 @@ from .signkey import SigningKeys
 from .verify import frozen_constructor, verify_request
 
 __all__ = [
+    "BLOCK_CACHE",
     "KEY_RESOLVER",
     "POLICY_COUNTER",
     "PROOF_VERIFIERS",
@@ -91,6 +93,7 @@ _SIGNING_KEYS = web.AppKey("ucpgw.signing_keys", SigningKeys)
 KEY_RESOLVER = web.AppKey("ucpgw.key_resolver", KeyResolver)  # type: ignore[type-abstract]
 REPLAY_STORE = web.AppKey("ucpgw.replay_store", PgReplayStore)
 _DEFAULT_RESOLVER = web.AppKey("ucpgw.httpsig.default_resolver", ProfileKeyResolver)
+BLOCK_CACHE = web.AppKey("ucpgw.httpsig.block_cache", BlockCache)  # the company blocks (.blocks)
 #: ``async (request, company) -> AgentPrincipal | None`` each; see the module docstring
 PROOF_VERIFIERS = web.AppKey("ucpgw.proof_verifiers", list)
 #: ``async (request, company, reason_code) -> None``: what ``log`` policy served that ``required`` refuses
@@ -288,8 +291,13 @@ async def _other_proof(app: web.Application, request: web.Request, company) -> A
     return None
 
 
-async def _verify_signature(app: web.Application, request: web.Request, settings: Settings, clock, body: bytes):
-    """The request's RFC 9421 signature, verified (UCP signatures.md). Raises the signature errors."""
+async def _verify_signature(
+    app: web.Application, request: web.Request, settings: Settings, clock, body: bytes, company_id: UUID
+):
+    """The request's RFC 9421 signature, verified (UCP signatures.md), by a key and from a profile the
+    company has not blocked (:mod:`.blocks`: 401 key_not_found). Raises the signature errors."""
+    # read first: it also applies the company's profile purges to the caches the verifier reads
+    blocks = await app[BLOCK_CACHE].get(app[DATABASE].pool, company_id)
     resolver = app.get(KEY_RESOLVER) or app[_DEFAULT_RESOLVER]
     replay: ReplayStore | None = app.get(REPLAY_STORE)
     policy, now, scheme = policy_from_settings(settings), clock.now(), settings.public_scheme
@@ -299,6 +307,8 @@ async def _verify_signature(app: web.Application, request: web.Request, settings
     sig = await verify_fused(headers, request.method, url, body, resolver, policy, now, replay)
     if sig is None:
         sig = await verify_request(request_view(request, body, scheme), resolver, policy, now, replay)
+    if blocks.key_blocked(sig.kid, sig.jwk) or sig.profile_url in blocks.profiles:
+        raise KeyNotFound("this signing key is blocked by the business")
     return sig
 
 
@@ -364,7 +374,7 @@ async def signature_middleware(
         try:
             other = await _other_proof(app, request, company)
             if signed or (other is None and mode == "required" and not is_open_door(request.match_info.handler)):
-                sig = await _verify_signature(app, request, settings, clock, body)
+                sig = await _verify_signature(app, request, settings, clock, body, company.id)
                 if other is not None and other.profile_url != sig.profile_url:
                     # UCP overview "Identity Binding": every proof must name the same platform
                     raise SignatureInvalid("the request's proofs name different platforms")
@@ -441,4 +451,15 @@ def setup(app: web.Application) -> None:
     """
     app.middlewares.append(signature_middleware)
     app[_SIGNING_KEYS] = SigningKeys()
+
+    def purge(url: str) -> None:  # the profile caches of this app (discovery's fetcher, if installed)
+        for cache in (app.get(KEY_RESOLVER), app.get(_DEFAULT_RESOLVER)):
+            drop = getattr(cache, "purge", None)
+            if drop is not None:
+                drop(url)
+
+    app[BLOCK_CACHE] = BlockCache(app[SETTINGS].block_cache_ttl, purgers=[purge])
+    from .blocks_web import add_routes  # late: keys.web (admin routes) is heavier than the middleware
+
+    add_routes(app)
     app.cleanup_ctx.append(_httpsig_ctx)
