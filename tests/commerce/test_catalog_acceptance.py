@@ -166,3 +166,29 @@ async def test_cart_of_another_agent_is_not_found(client):
     cart = await r.json()
     r = await client.get(f"/ucp/v1/carts/{cart['id']}", headers=headers(agent("b")))
     assert (await r.json())["messages"][0]["code"] == "not_found"
+
+
+async def test_another_companys_host_sees_none_of_this_catalogue(client, database):
+    from ucp_gateway.db import tenant_tx
+    from ucp_gateway.tenancy import create_company
+
+    bare = await create_company(database.pool, slug="bare-shop", display_name="Bare", hostnames=("bare.example",))
+    async with tenant_tx(database.pool, bare.id) as conn:  # unsigned test calls, as the demo fixture's
+        await conn.execute("UPDATE companies SET signature_policy = 'off' WHERE id = $1", bare.id)
+    h = {**headers(), "Host": "bare.example"}
+    r = await client.post("/ucp/v1/catalog/search", json={"query": "red roses"}, headers=h)
+    body = await r.json()
+    assert r.status == 200 and body["products"] == [], body
+    r = await client.post("/ucp/v1/catalog/lookup", json={"ids": ["roses-red", "bouquet_roses", "FS-BOUQUET-ROSES"]},
+                          headers=h)  # fmt: skip
+    assert (await r.json())["products"] == []
+    r = await client.post("/ucp/v1/carts", json={"line_items": [{"item": {"id": "bouquet_roses"}, "quantity": 1}]},
+                          headers={**h, "Idempotency-Key": new_key()})  # fmt: skip
+    assert (await r.json())["ucp"]["status"] == "error"  # the item is not sold here
+    assert "Bouquet of Red Roses" not in await (await client.get("/llms.txt", headers={"Host": "bare.example"})).text()
+
+
+async def test_checkout_from_an_unknown_cart_is_not_found(client):
+    r = await client.post("/ucp/v1/checkout-sessions", json={"cart_id": "cart_nope"}, headers=headers(key=new_key()))
+    body = await r.json()
+    assert r.status == 200 and body["messages"][0]["code"] == "not_found"
