@@ -40,6 +40,7 @@ COMMAND_MODULES: list[str] = [
     "ucp_gateway.verbs.cli",  # verbs list|seed-demo, agent dispatch, audit verify
     "ucp_gateway.keys.cli",  # keys ..., admin-tokens create
     "ucp_gateway.commerce.cli",  # orders list|show (staff view of UCP orders)
+    "ucp_gateway.commerce.slo",  # slo --since 1h (p50/p95 and availability against the platforms' targets)
     "ucp_gateway.transports.cli",  # mcp, shortcuts; --gateway on verbs list / agent dispatch
     "ucp_gateway.commerce.catalog_cli",  # catalog import|export (product feeds)
     "ucp_gateway.commerce.webhook_cli",  # webhooks status|dead|retry

@@ -124,6 +124,8 @@ async def flush_slo(pool: asyncpg.Pool) -> int:
             async with tenant_tx(pool, company_id) as conn:
                 await conn.executemany(_UPSERT_SQL, rows)
             written += len(rows)
+        except asyncpg.ForeignKeyViolationError:  # the company is gone: nothing to keep its counts for
+            continue
         except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError, GatewayError) as exc:
             _log.warning("slo flush failed: %s", exc.__class__.__name__)
             for _, when, op, *counts in rows:  # back into the next flush

@@ -39,7 +39,7 @@ from ..mediatype import DECODED_CODINGS, require_json_body
 from ..verbs.decide import Call
 from ..verbs.policy import BUYER_ROLE, Principal
 from ..verbs.web import VERBS as VERBS_KEY
-from . import service, staff
+from . import service, slo, staff
 from .context import (
     PROFILE_CACHE,
     RateLimited,
@@ -327,6 +327,7 @@ def setup(app: web.Application) -> None:
         app.router.add_post(SIMULATE_PATH, simulate_shipping)
     setup_pages(app)  # the buyer-facing pages that continue_url, links[] and permalink_url name
     staff.setup_admin(app)  # GET /admin/v1/orders[/{id}]
+    slo.setup_admin(app)  # GET /admin/v1/slo?since=1h
     if settings.webhook_worker:
         app.cleanup_ctx.append(webhook_worker_ctx)
     if VERBS_KEY in app:  # verbs_setup runs before this in COMPONENTS
