@@ -10,6 +10,8 @@ rules (``kid`` and ``kty`` required) plus "public keys only".
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +22,7 @@ from ucp_sdk.models.schemas import ucp as ucp_models
 from .errors import ProfileMalformed
 
 __all__ = [
+    "LENIENT_PROFILES",
     "PRIVATE_JWK_MEMBERS",
     "PlatformProfile",
     "parse_platform_profile",
@@ -27,6 +30,12 @@ __all__ = [
     "validate_business_profile",
     "validate_platform_profile",
 ]
+
+_log = logging.getLogger(__name__)
+#: Fetched platform profiles accepted without the entry fields the gateway does not use, by field
+#: (``spec``, ``schema``, ``transport``): the largest buyer CLI's default profile lacks them.
+LENIENT_PROFILES: Counter[str] = Counter()
+_UNUSED_FIELDS = frozenset({"spec", "schema", "transport"})
 
 # JWK members that carry private key material (RFC 7518 §6.2.2, §6.3.2, §6.4; RFC 8037).
 PRIVATE_JWK_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
@@ -100,6 +109,27 @@ def validate_platform_profile(document: Any) -> None:
     profile_keys(document)
 
 
+def _fetched_profile_ok(url: str, document: Any) -> None:
+    """:func:`validate_platform_profile` for a fetched profile, lenient where the field's clients
+    deviate harmlessly: a capability or service entry without ``spec`` / ``schema`` / ``transport``
+    (documentation links and the transport of the platform's own services, which negotiation never
+    reads) is accepted with a counted warning (:data:`LENIENT_PROFILES`, log ``platform_profile_lenient``).
+    Anything else that fails the schema (a missing ``version``, a wrong type) would change what is
+    negotiated and stays ProfileMalformed."""
+    if not isinstance(document, dict) or not isinstance(document.get("ucp"), dict):
+        raise ProfileMalformed("profile must be a JSON object with a ucp object")
+    try:
+        ucp_models.PlatformSchema.model_validate(document["ucp"])
+    except pydantic.ValidationError as exc:
+        errors = exc.errors()
+        if not all(e.get("type") == "missing" and e.get("loc") and e["loc"][-1] in _UNUSED_FIELDS for e in errors):
+            raise ProfileMalformed(f"profile fails the UCP 2026-04-08 platform schema at ucp.{_errors(exc)}") from None
+        fields = sorted({str(e["loc"][-1]) for e in errors})
+        LENIENT_PROFILES.update(fields)
+        _log.warning("platform_profile_lenient", extra={"profile": url, "missing": fields})
+    profile_keys(document)
+
+
 def validate_business_profile(document: Any) -> None:
     """Check a business profile against UCP 2026-04-08 ``business_schema`` (what we serve).
 
@@ -121,13 +151,14 @@ def parse_platform_profile(url: str, body: bytes, *, etag: str | None = None) ->
         url: the profile URL (kept on the value).
         body: the raw response bytes (already size-capped by the fetcher).
     Returns: :class:`PlatformProfile`.
-    Raises: ProfileMalformed (not UTF-8 JSON, not an object, fails the schema, bad keys).
+    Raises: ProfileMalformed (not UTF-8 JSON, not an object, fails the schema beyond the entry
+        fields :func:`_fetched_profile_ok` tolerates, bad keys).
     """
     try:
         document = json.loads(body)
     except (UnicodeDecodeError, ValueError):
         raise ProfileMalformed("profile is not JSON") from None
-    validate_platform_profile(document)
+    _fetched_profile_ok(url, document)
     ucp = document["ucp"]
     caps = ucp.get("capabilities") or {}
     return PlatformProfile(
