@@ -98,6 +98,24 @@ async def _seed(pool, company_id, tag: str) -> None:
                 expires,
             )
             await conn.execute(
+                "INSERT INTO staff_sessions (id, company_id, token_hash, admin_token_id, created_at, expires_at)"
+                " VALUES ($1, $2, $3, $1, $4::timestamptz - interval '1 hour', $4)",
+                uuid.uuid4(),
+                company_id,
+                uuid.uuid4().bytes * 2,
+                expires,
+            )
+            await conn.execute(
+                "INSERT INTO verb_approvals (id, company_id, verb, args, args_digest, risk_class, phrase,"
+                " requested_by, requested_via, created_at, expires_at) VALUES ($1, $2, $3, '{}', $4,"
+                " 'WRITE_FINANCIAL', 'P', 'staff:x', 'http', $5::timestamptz - interval '1 hour', $5)",
+                f"apr_{uuid.uuid4().hex}",
+                company_id,
+                f"{tag}-{key}",
+                "0" * 64,
+                expires,
+            )
+            await conn.execute(
                 "INSERT INTO checkout_page_tokens (company_id, token_hash, checkout_id, csrf_hash, digest, issued_at,"
                 " expires_at) VALUES ($1, $2, $3, $2, $4, $5::timestamptz - interval '1 hour', $5)",
                 company_id,
@@ -163,6 +181,11 @@ async def _keys(pool, company_id) -> dict[str, set[str]]:
             "webhook_outbox": {r[0] for r in await conn.fetch("SELECT order_id FROM webhook_outbox")},
             "verb_daily_usage": {r[0] for r in await conn.fetch("SELECT cap_class FROM verb_daily_usage")},
             "verb_principal_usage": {r[0] for r in await conn.fetch("SELECT principal FROM verb_principal_usage")},
+            "verb_approvals": {r[0] for r in await conn.fetch("SELECT verb FROM verb_approvals")},
+            "staff_sessions": {
+                "a-live" if r[0] >= NOW else "a-in-margin" if r[0] > ago(MARGIN) else "a-expired"
+                for r in await conn.fetch("SELECT expires_at FROM staff_sessions")
+            },
             "checkout_page_tokens": {r[0] for r in await conn.fetch("SELECT checkout_id FROM checkout_page_tokens")},
             "checkout_confirmations": {
                 r[0] for r in await conn.fetch("SELECT checkout_id FROM checkout_confirmations")
@@ -207,7 +230,8 @@ async def test_run_once_deletes_only_expired_rows_of_every_company(database, com
     for company, tag in ((a, "a"), (b, "b")):
         left = await _keys(database.pool, company.id)
         for table, keys in left.items():
-            want = {"a-in-margin", "a-live"} if table == "webmcp_sessions" else {f"{tag}-in-margin", f"{tag}-live"}
+            sessions = ("webmcp_sessions", "staff_sessions")
+            want = {"a-in-margin", "a-live"} if table in sessions else {f"{tag}-in-margin", f"{tag}-live"}
             assert keys == want, table
     # a second round finds nothing
     again = await retention.run_once(database.pool, now=NOW, margin=MARGIN, batch=1000)
