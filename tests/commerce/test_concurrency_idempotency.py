@@ -195,14 +195,14 @@ async def test_business_profile_is_built_once_for_concurrent_requests(client, mo
     import ucp_gateway.discovery.web as discovery_web
     from ucp_gateway.commerce.context import PROFILE_CACHE
 
-    real, builds = discovery_web.company_profile_document, []
+    real, builds = discovery_web.company_profile_documents, []
 
     async def counting(app, company, origin):
         builds.append(origin)
         await asyncio.sleep(0.05)  # let every request arrive while the build is in flight
         return await real(app, company, origin)
 
-    monkeypatch.setattr(discovery_web, "company_profile_document", counting)
+    monkeypatch.setattr(discovery_web, "company_profile_documents", counting)
     client.server.app[PROFILE_CACHE].clear()
     rs = await asyncio.gather(
         *[

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from ucp_sdk.models.schemas.shopping.checkout import Checkout
 
 from ucp_gateway.commerce import status as st
 from ucp_gateway.commerce.catalog import (
@@ -20,6 +19,8 @@ from ucp_gateway.commerce.discounts import AutomaticDiscount, allocate, apply_di
 from ucp_gateway.commerce.fulfillment import build_fulfillment, shipping_options
 from ucp_gateway.commerce.totals import TotalsError, check_totals, checkout_totals
 from ucp_gateway.commerce.validation import InvalidRequest, parse_complete, parse_state
+
+from ..ucp_models import validate
 
 RATES = (
     ShippingRate("std-ship", "default", "standard", 500, "Standard Shipping"),
@@ -252,7 +253,7 @@ def test_price_checkout_totals_consistent_and_valid_against_sdk():
         shop=SHOP,
         expires_at=datetime(2026, 1, 1, tzinfo=UTC),
     )
-    Checkout.model_validate(body)
+    validate("checkout", body)
     assert body["continue_url"] == "https://shop.example/checkout-sessions/chk_1"
     assert body["buyer"]["consent"] == {"marketing": True}
     assert body["expires_at"] == "2026-01-01T00:00:00Z"

@@ -7,12 +7,12 @@ import json
 
 import pytest
 from pydantic import SecretStr
-from ucp_sdk.models.schemas.shopping.order import Order
 
 from ucp_gateway.commerce.webhooks import WebhookWorker, backoff, profile_target_resolver
 from ucp_gateway.db import tenant_tx
 from ucp_gateway.discovery import ProfileFetcher
 
+from ..ucp_models import validate
 from .conftest import SHIP_US, make_app, new_key, pay, payload, started, url
 from .conftest import agent as conftest_agent
 from .conftest import headers as hdrs
@@ -70,7 +70,7 @@ async def test_delivery_is_signed_retried_with_same_ids(shop, platform, worker_f
     ((h, body),) = platform.received
     verify("POST", platform.base + "/webhooks", h, body)
     order = json.loads(body)
-    Order.model_validate(order)
+    validate("order", order)
     assert order["id"] == oid and order["line_items"][0]["quantity"]["total"] == 1
     assert h["UCP-Agent"] == 'profile="https://127.0.0.1/.well-known/ucp"'
     async with tenant_tx(database.pool, company.id) as conn:

@@ -31,17 +31,22 @@ from ucp_gateway.discovery.partners import (
 )
 from ucp_gateway.errors import BadRequest, NotFound
 from ucp_gateway.tenancy import create_company
+from ucp_gateway.versions import SERVED
 
 from .conftest import fetch_settings, platform_profile
 
 VENDOR = VendorNamespace("com.solidnumber", "https://solidnumber.com/ucp")
-BUSINESS = build_company_profile(
-    origin="https://shop.test",
-    vendor=VENDOR,
-    subagents={},
-    keys=[],
-    payment_handlers=default_payment_handlers(VENDOR),
-)
+BUSINESS = {
+    v: build_company_profile(
+        origin="https://shop.test",
+        vendor=VENDOR,
+        subagents={},
+        keys=[],
+        payment_handlers=default_payment_handlers(VENDOR),
+        version=v,
+    )
+    for v in SERVED
+}
 P1 = "https://agent.example/profile.json"
 
 
@@ -107,7 +112,7 @@ async def test_negotiate_request_end_to_end(database, company, platform_server, 
     fetcher = ProfileFetcher(fetch_settings(), clock=clock)
     hosts = frozenset({"127.0.0.1"})
     header = f'profile="{platform_server.url()}"'
-    kw = dict(fetcher=fetcher, pool=database.pool, company=company, business_profile=BUSINESS, http_hosts=hosts)
+    kw = dict(fetcher=fetcher, pool=database.pool, company=company, business_profiles=BUSINESS, http_hosts=hosts)
     try:
         result = await negotiate_request(header=header, operation="checkout", **kw)
         assert result.role.role == "read_only"
@@ -184,16 +189,17 @@ async def test_negotiation_is_reused_only_for_the_same_profiles(database, compan
     header = f'profile="{platform_server.url()}"'
     kw = dict(fetcher=fetcher, pool=database.pool, company=company, http_hosts=frozenset({"127.0.0.1"}))
     try:
-        a = await negotiate_request(header=header, operation="checkout", business_profile=BUSINESS, **kw)
-        b = await negotiate_request(header=header, operation="checkout", business_profile=BUSINESS, **kw)
+        a = await negotiate_request(header=header, operation="checkout", business_profiles=BUSINESS, **kw)
+        b = await negotiate_request(header=header, operation="checkout", business_profiles=BUSINESS, **kw)
         assert b.negotiated is a.negotiated  # same fetched profile, same business document
         # a refreshed business document (a new object, here without fulfillment) is negotiated afresh
-        caps = {k: v for k, v in BUSINESS["ucp"]["capabilities"].items() if k != "dev.ucp.shopping.fulfillment"}
-        other = {**BUSINESS, "ucp": {**BUSINESS["ucp"], "capabilities": caps}}
-        c = await negotiate_request(header=header, operation="checkout", business_profile=other, **kw)
+        leaf = BUSINESS["2026-04-08"]  # the platform profile speaks 2026-04-08
+        caps = {k: v for k, v in leaf["ucp"]["capabilities"].items() if k != "dev.ucp.shopping.fulfillment"}
+        other = {**BUSINESS, "2026-04-08": {**leaf, "ucp": {**leaf["ucp"], "capabilities": caps}}}
+        c = await negotiate_request(header=header, operation="checkout", business_profiles=other, **kw)
         assert c.negotiated is not a.negotiated
         assert set(c.negotiated.capabilities) == {"dev.ucp.shopping.checkout"}
         with pytest.raises(CapabilitiesIncompatible):  # refusals are never remembered as successes
-            await negotiate_request(header=header, operation="order", business_profile=BUSINESS, **kw)
+            await negotiate_request(header=header, operation="order", business_profiles=BUSINESS, **kw)
     finally:
         await fetcher.close()

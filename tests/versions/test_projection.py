@@ -59,7 +59,7 @@ def test_capability_entries_declare_the_release_version(version):
     for name, (entry,) in entries.items():
         assert entry["version"] == version  # snapshot rule: every dev.ucp.* entry declares the release
         assert entry["schema"].startswith(f"https://ucp.dev/{version}/schemas/")
-        assert ("spec" in entry) == VERSIONS[version].spec_required
+        assert entry["spec"].startswith(f"https://ucp.dev/{version}/specification/")
     assert entries["dev.ucp.shopping.discount"][0]["extends"] == "dev.ucp.shopping.checkout"
     assert "extends" not in entries["dev.ucp.shopping.checkout"][0]
     # extension parents name the version's own wire names

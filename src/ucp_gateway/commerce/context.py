@@ -117,15 +117,16 @@ PROFILE_CACHE = web.AppKey("ucpgw.commerce_business_profiles", dict)
 _PROFILE_TTL = 5.0
 
 
-async def _business_profile(app: web.Application, company: Company, origin: str) -> dict[str, Any]:
-    from ..discovery.web import company_profile_document
+async def _business_profile(app: web.Application, company: Company, origin: str) -> dict[str, dict[str, Any]]:
+    """The company's profile per served version (``{version: document}``), cached for a few seconds."""
+    from ..discovery.web import company_profile_documents
 
     try:  # one lookup: ``in`` on the app is a Mapping ABC walk plus a second lookup
         cache = app[PROFILE_CACHE]
     except KeyError:
         cache = None
     if cache is None:
-        return await company_profile_document(app, company, origin)
+        return await company_profile_documents(app, company, origin)
     key = (company.id, origin)
     hit = cache.get(key)
     if hit and hit[0] > time.monotonic():
@@ -136,14 +137,14 @@ async def _business_profile(app: web.Application, company: Company, origin: str)
         except asyncio.CancelledError:
             if not hit[1].cancelled():  # this request was cancelled, not the build
                 raise
-            return await company_profile_document(app, company, origin)
+            return await company_profile_documents(app, company, origin)
     # single flight: concurrent requests after expiry wait for one build instead of each building it
     fut: asyncio.Future = asyncio.get_running_loop().create_future()
     if len(cache) > 4096:  # bounded: one entry per (company, origin)
         cache.clear()
     cache[key] = (time.monotonic() + _PROFILE_TTL, fut)
     try:
-        doc = await company_profile_document(app, company, origin)
+        doc = await company_profile_documents(app, company, origin)
     except BaseException as exc:
         if cache.get(key, (0, None))[1] is fut:
             del cache[key]
@@ -215,7 +216,7 @@ async def negotiate(request: web.Request, company: Company, operation: str, *, a
             fetcher=app[PROFILE_FETCHER],
             pool=app[DATABASE].pool,
             company=company,
-            business_profile=await _business_profile(app, company, origin),
+            business_profiles=await _business_profile(app, company, origin),
             operation=operation,
             continue_url=origin + "/",
             http_hosts=hosts,

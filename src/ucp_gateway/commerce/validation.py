@@ -1,4 +1,8 @@
-"""Request validation with the ucp-sdk 0.4.6 models (UCP 2026-04-08) and reduction to writable state.
+"""Request validation with the ucp-sdk 0.5.0 models (UCP 2026-08-25) and reduction to writable state.
+
+Bodies arrive in the neutral shape (``ucp_gateway.versions.from_wire`` ran first): what differs
+between versions (buyer consent) is checked here in its neutral form, the rest by the models, whose
+request shapes 2026-04-08 bodies also satisfy.
 
 Response-only fields a client may send (``id``, ``status``, ``currency``, ``totals``, ``links``,
 ``ucp``, ``messages``, item ``title``/``price``, option lists, ...) are dropped, never trusted: the
@@ -9,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-from ucp_sdk.models.schemas.shopping.buyer_consent import Consent
+from pydantic import BaseModel, ConfigDict, ValidationError
 from ucp_sdk.models.schemas.shopping.checkout_complete_request import CheckoutCompleteRequest
 from ucp_sdk.models.schemas.shopping.checkout_create_request import CheckoutCreateRequest
 from ucp_sdk.models.schemas.shopping.checkout_update_request import CheckoutUpdateRequest
@@ -21,6 +24,18 @@ from ..errors import BadRequest
 from ..jsonbody import InvalidJson, loads_strict
 
 __all__ = ["InvalidRequest", "parse_complete", "parse_json", "parse_state"]
+
+
+class Consent(BaseModel):
+    """Neutral buyer consent: the 2026-04-08 booleans (S:shopping/buyer_consent.json at 2026-04-08;
+    the 2026-08-25 purpose map is projected onto them by ``versions.from_wire``). Other members are
+    allowed and kept, as the 2026-04-08 model did."""
+
+    model_config = ConfigDict(extra="allow")
+    analytics: bool | None = None
+    preferences: bool | None = None
+    marketing: bool | None = None
+    sale_of_data: bool | None = None
 
 
 class InvalidRequest(BadRequest):

@@ -1,6 +1,9 @@
-"""Building the profiles we serve at ``/.well-known/ucp``. Pure functions, no I/O.
+"""Building the profiles we serve at ``/.well-known/ucp`` (and each older version's leaf). Pure.
 
-- Company (business) profile: UCP 2026-04-08 overview "Profile Structure" and ``business_schema``.
+- Company (business) profile: UCP overview "Profile Structure" and ``business_schema``, one document
+  per served version (``ucp_gateway.versions``): the 2026-08-25 root names the leaves in
+  ``supported_versions``; the builder writes the neutral document and ``versions.to_wire("profile")``
+  gives it the version's shape (key lists, handler constraints, ``map_order``).
 - Platform node: also a valid business-shaped profile, carrying the vendor capability
   ``{vendor}.agent_graph`` whose config lists the companies with cursor pagination (the INDEX wave
   of progressive disclosure; sub-agent detail lives in the company profiles, verbs in the manifest).
@@ -20,12 +23,13 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..errors import BadRequest
+from ..versions import ROOT, SERVED, VERSIONS, capability_entries, to_wire
 
 __all__ = [
     "MCP_PATH",
     "REST_PATH",
-    "SHOPPING_CAPABILITIES",
     "UCP_VERSION",
+    "VENDOR_VERSION",
     "CompanyLink",
     "SubagentSummary",
     "VendorNamespace",
@@ -38,24 +42,13 @@ __all__ = [
     "default_payment_handlers",
     "encode_cursor",
     "shopping_capabilities",
+    "supported_versions",
 ]
 
-UCP_VERSION = "2026-04-08"
+UCP_VERSION = ROOT  # the root version: what /.well-known/ucp serves
+VENDOR_VERSION = "2026-04-08"  # our vendor capabilities version independently (OV "Capability Versions")
 REST_PATH = "/ucp/v1"  # REST binding endpoint on the company's origin (OpenAPI paths appended)
 MCP_PATH = "/ucp/mcp"  # MCP Streamable HTTP endpoint
-_UCP_DEV = f"https://ucp.dev/{UCP_VERSION}"
-
-# (capability, spec page, schema file, extends) for what the gateway implements.
-SHOPPING_CAPABILITIES: tuple[tuple[str, str, str, str | None], ...] = (
-    ("dev.ucp.shopping.checkout", "checkout", "checkout", None),
-    ("dev.ucp.shopping.fulfillment", "fulfillment", "fulfillment", "dev.ucp.shopping.checkout"),
-    ("dev.ucp.shopping.discount", "discount", "discount", "dev.ucp.shopping.checkout"),
-    ("dev.ucp.shopping.buyer_consent", "buyer-consent", "buyer_consent", "dev.ucp.shopping.checkout"),
-    ("dev.ucp.shopping.order", "order", "order", None),
-    ("dev.ucp.shopping.catalog.search", "catalog/search", "catalog_search", None),
-    ("dev.ucp.shopping.catalog.lookup", "catalog/lookup", "catalog_lookup", None),
-    ("dev.ucp.shopping.cart", "cart", "cart", None),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +63,7 @@ class VendorNamespace:
 
     prefix: str
     base_url: str
-    version: str = UCP_VERSION
+    version: str = VENDOR_VERSION
 
     def name(self, short: str) -> str:
         return f"{self.prefix}.{short}"
@@ -129,19 +122,9 @@ def authority_binding_ok(prefix: str, base_url: str) -> bool:
     return prefix == reversed_host or prefix.startswith(reversed_host + ".")
 
 
-def shopping_capabilities() -> dict[str, list[dict[str, Any]]]:
-    """The ``dev.ucp.shopping.*`` capability registry entries the gateway implements."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for name, spec, schema, extends in SHOPPING_CAPABILITIES:
-        entry: dict[str, Any] = {
-            "version": UCP_VERSION,
-            "spec": f"{_UCP_DEV}/specification/{spec}",
-            "schema": f"{_UCP_DEV}/schemas/shopping/{schema}.json",
-        }
-        if extends:
-            entry["extends"] = extends
-        out[name] = [entry]
-    return out
+def shopping_capabilities(version: str = UCP_VERSION) -> dict[str, list[dict[str, Any]]]:
+    """The ``dev.ucp.*`` capability registry entries the gateway implements, at ``version``."""
+    return capability_entries(version)  # type: ignore[return-value]
 
 
 def default_payment_handlers(vendor: VendorNamespace) -> dict[str, list[dict[str, Any]]]:
@@ -152,26 +135,31 @@ def default_payment_handlers(vendor: VendorNamespace) -> dict[str, list[dict[str
     return {vendor.name("mock_payment"): [entry]}
 
 
-def _services(origin: str) -> dict[str, list[dict[str, Any]]]:
-    spec = f"{_UCP_DEV}/specification/overview"
-    return {
-        "dev.ucp.shopping": [
-            {
-                "version": UCP_VERSION,
-                "spec": spec,
-                "transport": "rest",
-                "endpoint": origin + REST_PATH,
-                "schema": f"{_UCP_DEV}/services/shopping/rest.openapi.json",
-            },
-            {
-                "version": UCP_VERSION,
-                "spec": spec,
-                "transport": "mcp",
-                "endpoint": origin + MCP_PATH,
-                "schema": f"{_UCP_DEV}/services/shopping/mcp.openrpc.json",
-            },
-        ]
-    }
+def _services(origin: str, version: str) -> dict[str, list[dict[str, Any]]]:
+    """One REST and one MCP endpoint, shared by every version: the version of a call comes from the
+    caller's profile (OV "Request-Time Validation"), so one path serves them all."""
+    pv = VERSIONS[version]
+    out = []
+    for transport, path in (("rest", REST_PATH), ("mcp", MCP_PATH)):
+        entry: dict[str, Any] = {"version": version, "spec": pv.spec_url("overview")}
+        entry.update(transport=transport, endpoint=origin + path, schema=pv.service_schema_url(transport))
+        out.append(entry)
+    return {"dev.ucp.shopping": out}
+
+
+def supported_versions(origin: str, version: str) -> dict[str, str] | None:
+    """``ucp.supported_versions`` of the ``version`` document on ``origin``: every other served
+    version -> its leaf URL on the root; None on a leaf (it MUST NOT carry the member)."""
+    if version != ROOT:
+        return None
+    return {v: origin + VERSIONS[v].profile_path for v in SERVED if v != ROOT}
+
+
+def _versioned(ucp: dict[str, Any], origin: str, version: str) -> dict[str, Any]:
+    leaves = supported_versions(origin, version)
+    if leaves:
+        return {"version": version, "supported_versions": leaves, **{k: v for k, v in ucp.items() if k != "version"}}
+    return ucp
 
 
 def default_manifest_url(origin: str, subagent: str) -> str:
@@ -186,8 +174,9 @@ def build_company_profile(
     subagents: Mapping[str, SubagentSummary],
     keys: Sequence[Mapping[str, Any]],
     payment_handlers: Mapping[str, Sequence[Mapping[str, Any]]],
+    version: str = UCP_VERSION,
 ) -> dict[str, Any]:
-    """A company's business profile.
+    """A company's business profile at ``version`` (a served version; the root by default).
 
     Args:
         origin: ``scheme://host[:port]`` of the company (no trailing slash).
@@ -195,9 +184,9 @@ def build_company_profile(
         subagents: enabled sub-agent name -> summary; one ``{vendor}.{name}`` capability each.
         keys: the company's published public JWKs (pending + active + rotating).
         payment_handlers: the ``ucp.payment_handlers`` registry.
-    Returns: the JSON document (keys in both ``signing_keys`` and ``keys``).
+    Returns: the JSON document (key lists per the version's ``key_lists``).
     """
-    capabilities = shopping_capabilities()
+    capabilities = shopping_capabilities(version)
     for name in sorted(subagents):
         s = subagents[name]
         config = {
@@ -207,17 +196,13 @@ def build_company_profile(
             "manifest": s.manifest_url or default_manifest_url(origin, name),
         }
         capabilities[vendor.name(name)] = [vendor.entry(name, config)]
-    public = [dict(k) for k in keys]
-    return {
-        "ucp": {
-            "version": UCP_VERSION,
-            "services": _services(origin),
-            "capabilities": capabilities,
-            "payment_handlers": {k: [dict(e) for e in v] for k, v in payment_handlers.items()},
-        },
-        "signing_keys": public,
-        "keys": public,
+    ucp = {
+        "version": version,
+        "services": _services(origin, version),
+        "capabilities": capabilities,
+        "payment_handlers": {k: [dict(e) for e in v] for k, v in payment_handlers.items()},
     }
+    return to_wire("profile", {"ucp": _versioned(ucp, origin, version), "keys": list(keys)}, version)
 
 
 _CURSOR_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # tenancy's slug rule
@@ -252,19 +237,23 @@ def agent_graph_page(links: Sequence[CompanyLink], *, next_url: str | None, page
 
 
 def build_platform_profile(
-    *, vendor: VendorNamespace, first_page: Mapping[str, Any], keys: Sequence[Mapping[str, Any]] = ()
+    *,
+    vendor: VendorNamespace,
+    first_page: Mapping[str, Any],
+    keys: Sequence[Mapping[str, Any]] = (),
+    version: str = UCP_VERSION,
+    origin: str | None = None,
 ) -> dict[str, Any]:
-    """The platform node's profile: no shopping services, one ``{vendor}.agent_graph`` capability
-    whose config is the first agent-graph page (``next`` links to the rest)."""
-    doc: dict[str, Any] = {
-        "ucp": {
-            "version": UCP_VERSION,
-            "services": {},
-            "capabilities": {vendor.name("agent_graph"): [vendor.entry("agent_graph", first_page)]},
-            "payment_handlers": {},
-        }
+    """The platform node's profile at ``version``: no shopping services, one ``{vendor}.agent_graph``
+    capability whose config is the first agent-graph page (``next`` links to the rest). With
+    ``origin``, the root names the platform node's leaves in ``supported_versions``."""
+    ucp = {
+        "version": version,
+        "services": {},
+        "capabilities": {vendor.name("agent_graph"): [vendor.entry("agent_graph", first_page)]},
+        "payment_handlers": {},
     }
+    doc: dict[str, Any] = {"ucp": _versioned(ucp, origin, version) if origin is not None else ucp}
     if keys:
-        doc["signing_keys"] = [dict(k) for k in keys]
-        doc["keys"] = [dict(k) for k in keys]
-    return doc
+        doc["keys"] = list(keys)
+    return to_wire("profile", doc, version)

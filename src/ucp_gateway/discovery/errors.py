@@ -57,11 +57,20 @@ class ProfileMalformed(GatewayError):
 
 
 class VersionUnsupported(GatewayError):
-    """The platform's protocol version is neither ours nor a key of our ``supported_versions``."""
+    """The platform's protocol version is neither ours nor a key of our ``supported_versions``.
+
+    The body also lists what is served, root first: ``{"code", "content", "supported_versions":
+    [...]}`` (``details["supported_versions"]``), so a client can pick one without rediscovery."""
 
     code = "version_unsupported"
     http_status = 422
     jsonrpc_code: ClassVar[int] = -32001
+
+    def to_body(self) -> dict[str, Any]:
+        body = super().to_body()
+        if "supported_versions" in self.details:
+            body["supported_versions"] = list(self.details["supported_versions"])
+        return body
 
 
 class ProfileNotTrusted(Forbidden):

@@ -79,7 +79,11 @@ def check_version(platform_version: str, business_version: str, supported_versio
         return business_version
     if supported_versions and platform_version in supported_versions:
         return platform_version
-    raise VersionUnsupported(f"protocol version {platform_version!r} is not supported (we speak {business_version})")
+    served = [business_version, *(supported_versions or {})]
+    raise VersionUnsupported(
+        f"protocol version {platform_version!r} is not supported; served: {', '.join(served)}",
+        details={"supported_versions": served},
+    )
 
 
 def _canonical(entry: Entry) -> str:

@@ -1,10 +1,12 @@
 """Profile documents as values: parsing a fetched platform profile and validating the profiles we serve.
 
-Validation uses the ucp-sdk 0.4.6 (UCP 2026-04-08) pydantic models of the ``ucp`` object:
+Validation uses the ucp-sdk 0.5.0 (UCP 2026-08-25) pydantic models of the ``ucp`` object:
 ``ucp_sdk.models.schemas.ucp.PlatformSchema`` for platform profiles and ``BusinessSchema`` for
-business profiles. The SDK has no model for the profile wrapper, so the key list (``signing_keys``,
-renamed ``keys`` at HEAD; we read both) is checked here against the profile schema's ``signing_key``
-rules (``kid`` and ``kty`` required) plus "public keys only".
+business profiles; their request-side rules are looser than 2026-04-08's, so a 2026-04-08 platform
+profile passes them too (the tests hold our 2026-04-08 leaf to the 0.4.6 models). The key lists
+(``keys``, canonical at 2026-08-25, and ``signing_keys``, 2026-04-08; we read both) are checked here
+(``kid`` and ``kty`` required, public keys only); an unknown kty/crv/alg is not an error (the
+vocabulary is open: SIG "Signature Algorithms"), it fails only a signature that needs it.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class PlatformProfile:
 
 
 def profile_keys(document: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
-    """Public JWKs of a profile from ``signing_keys`` (2026-04-08) and ``keys`` (HEAD).
+    """Public JWKs of a profile from ``signing_keys`` (2026-04-08) and ``keys`` (2026-08-25).
 
     Raises: ProfileMalformed when a list is not a list of objects with string ``kid`` and ``kty``, or
         a key carries private material.
@@ -99,13 +101,13 @@ def _errors(exc: pydantic.ValidationError) -> str:
 
 
 def validate_platform_profile(document: Any) -> None:
-    """Check a platform profile against UCP 2026-04-08 ``platform_schema``. Raises ProfileMalformed."""
+    """Check a platform profile against the UCP ``platform_schema`` (ucp-sdk 0.5.0). Raises ProfileMalformed."""
     if not isinstance(document, dict) or not isinstance(document.get("ucp"), dict):
         raise ProfileMalformed("profile must be a JSON object with a ucp object")
     try:
         ucp_models.PlatformSchema.model_validate(document["ucp"])
     except pydantic.ValidationError as exc:
-        raise ProfileMalformed(f"profile fails the UCP 2026-04-08 platform schema at ucp.{_errors(exc)}") from None
+        raise ProfileMalformed(f"profile fails the UCP platform schema at ucp.{_errors(exc)}") from None
     profile_keys(document)
 
 
@@ -131,7 +133,7 @@ def _fetched_profile_ok(url: str, document: Any) -> None:
 
 
 def validate_business_profile(document: Any) -> None:
-    """Check a business profile against UCP 2026-04-08 ``business_schema`` (what we serve).
+    """Check a business profile against the UCP ``business_schema`` (ucp-sdk 0.5.0; what we serve).
 
     Raises: ProfileMalformed (used by tests and at render time, never on the hot path).
     """
@@ -140,7 +142,7 @@ def validate_business_profile(document: Any) -> None:
     try:
         ucp_models.BusinessSchema.model_validate(document["ucp"])
     except pydantic.ValidationError as exc:
-        raise ProfileMalformed(f"profile fails the UCP 2026-04-08 business schema at ucp.{_errors(exc)}") from None
+        raise ProfileMalformed(f"profile fails the UCP business schema at ucp.{_errors(exc)}") from None
     profile_keys(document)
 
 

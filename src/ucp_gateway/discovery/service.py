@@ -18,9 +18,10 @@ import asyncpg
 from .. import metrics
 from ..errors import GatewayError
 from ..tenancy import Company
+from ..versions import ROOT
 from .agent_header import AgentHeader, parse_ucp_agent
 from .fetcher import ProfileFetcher
-from .negotiation import Negotiated, negotiate
+from .negotiation import Negotiated, check_version, negotiate
 from .partners import AgentRole, role_for_agent
 from .profiles import PlatformProfile
 
@@ -69,7 +70,7 @@ async def negotiate_request(
     fetcher: ProfileFetcher,
     pool: asyncpg.Pool,
     company: Company,
-    business_profile: Mapping[str, Any],
+    business_profiles: Mapping[str, Mapping[str, Any]],
     operation: str | None = None,
     continue_url: str | None = None,
     http_hosts: frozenset[str] = frozenset(),
@@ -80,7 +81,10 @@ async def negotiate_request(
 
     Args:
         header: the raw ``UCP-Agent`` value (ignored when ``agent`` is given).
-        business_profile: the company's profile document (``build_company_profile`` output).
+        business_profiles: the company's profile per served version (``{version: document}``,
+            ``build_company_profile`` output): the request is negotiated against the document of the
+            platform's version (OV "Negotiation": exactly one profile; the root's ``ucp.version`` or a
+            ``supported_versions`` key, else 422 ``version_unsupported``).
         operation: ``checkout`` | ``cart`` | ``order`` | ``catalog`` | a capability name, or None.
         role: the agent's role when the trust middleware already resolved it for this request
             (``REQ_AGENT_ROLE``, same profile URL): saves the partner lookup's transaction.
@@ -94,7 +98,10 @@ async def negotiate_request(
     try:
         profile = await fetcher.get_profile(agent.profile)
         version = agent.version or profile.version
-        negotiated = _negotiate_memo(business_profile["ucp"], profile, version, operation, continue_url)
+        root = business_profiles[ROOT]["ucp"]
+        # 422 version_unsupported unless the root's version or a supported_versions key
+        chosen = check_version(version, root["version"], root.get("supported_versions"))
+        negotiated = _negotiate_memo(business_profiles[chosen]["ucp"], profile, version, operation, continue_url)
     except GatewayError as exc:
         metrics.NEGOTIATIONS.labels(
             metrics.bounded("version", version, pattern=metrics.VERSION_PATTERN), exc.code

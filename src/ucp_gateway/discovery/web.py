@@ -48,6 +48,7 @@ from ..tenancy import (
     resolve_host,
     valid_host_header,
 )
+from ..versions import ROOT, SERVED, VERSIONS
 from .builder import (
     CompanyLink,
     SubagentSummary,
@@ -73,6 +74,7 @@ __all__ = [
     "SUBAGENT_PROVIDER",
     "VENDOR",
     "company_profile_document",
+    "company_profile_documents",
     "public_fast_path",
     "setup",
 ]
@@ -120,10 +122,14 @@ _PARTS = (
 _PUBLISHED = [s.value for s in PUBLISHED]
 
 
-async def _profile_document(app: web.Application, company: Company, origin: str) -> tuple[dict[str, Any], Any]:
-    """The company's business profile and the version (migration 0092) its parts were read at.
-    With the default keys provider the parts are one statement; another provider is asked apart,
-    and the version is None (no stamp covers that provider's keys: rendered again every ttl)."""
+async def _profile_document(
+    app: web.Application, company: Company, origin: str, versions: Sequence[str] = (ROOT,)
+) -> tuple[dict[str, dict[str, Any]], Any]:
+    """The company's business profile at each of ``versions`` (protocol versions,
+    ``ucp_gateway.versions``: ``{version: document}``, from one read of its parts) and the version
+    stamp (migration 0092) its parts were read at. With the default keys provider the parts are one
+    statement; another provider is asked apart, and the stamp is None (no stamp covers that
+    provider's keys: rendered again every ttl)."""
     pool = app[DATABASE].pool
     keys_provider = app[KEYS_PROVIDER]
     if keys_provider is published_jwks:
@@ -136,14 +142,14 @@ async def _profile_document(app: web.Application, company: Company, origin: str)
         keys = await keys_provider(pool, company.id)
     provider = app[SUBAGENT_PROVIDER]
     summaries = {n: await provider(company, n) for n in enabled}
-    doc = build_company_profile(
-        origin=origin,
-        vendor=app[VENDOR],
-        subagents=summaries,
-        keys=keys,
-        payment_handlers=await app[PAYMENT_HANDLERS_PROVIDER](company),
-    )
-    return doc, version
+    handlers = await app[PAYMENT_HANDLERS_PROVIDER](company)
+    docs = {
+        v: build_company_profile(
+            origin=origin, vendor=app[VENDOR], subagents=summaries, keys=keys, payment_handlers=handlers, version=v
+        )
+        for v in versions
+    }
+    return docs, version
 
 
 # the version in ONE statement, in the company's context (set_config in the outer row, which lives as
@@ -160,10 +166,20 @@ async def _version(pool: asyncpg.Pool, company_id: UUID) -> UUID | None:
     return await pool.fetchval(_VERSION, str(company_id))
 
 
-async def company_profile_document(app: web.Application, company: Company, origin: str) -> dict[str, Any]:
-    """The company's business profile (also what negotiation intersects against)."""
-    doc, _ = await _profile_document(app, company, origin)
-    return doc
+async def company_profile_documents(
+    app: web.Application, company: Company, origin: str, versions: Sequence[str] = SERVED
+) -> dict[str, dict[str, Any]]:
+    """The company's business profile per served version (what negotiation intersects against):
+    ``{version: document}``, from one read of its sub-agents, keys and payment handlers."""
+    docs, _ = await _profile_document(app, company, origin, versions)
+    return docs
+
+
+async def company_profile_document(
+    app: web.Application, company: Company, origin: str, version: str = ROOT
+) -> dict[str, Any]:
+    """The company's business profile at ``version`` (the root by default)."""
+    return (await company_profile_documents(app, company, origin, (version,)))[version]
 
 
 class _Pages:
@@ -221,20 +237,31 @@ _SIGNATURE, _SIGNATURE_INPUT, _ACCEPT_SIGNATURE = istr("Signature"), istr("Signa
 
 
 _RENDERED = web.AppKey("ucpgw.rendered_profiles", RenderedProfiles)
+# the leaves' rendered profiles: one RenderedProfiles per older served version, alike in every rule
+_LEAVES = web.AppKey("ucpgw.rendered_leaf_profiles", dict)
 
 
-async def _render_document(app: web.Application, host: str, company: Company | None) -> tuple[bytes, Any, Any]:
-    """``(body, company id, version)`` of the document for ``host`` (None, None for the platform node)."""
+def _rendered(app: web.Application, protocol: str) -> RenderedProfiles:
+    return app[_RENDERED] if protocol == ROOT else app[_LEAVES][protocol]
+
+
+async def _render_document(
+    app: web.Application, host: str, company: Company | None, protocol: str = ROOT
+) -> tuple[bytes, Any, Any]:
+    """``(body, company id, version)`` of the ``protocol`` document for ``host`` (None, None for the
+    platform node)."""
+    origin = _origin(app[SETTINGS], host)
     if company is None:
-        doc = build_platform_profile(vendor=app[VENDOR], first_page=await _graph_page(app, host, None))
+        page = await _graph_page(app, host, None)
+        doc = build_platform_profile(vendor=app[VENDOR], first_page=page, version=protocol, origin=origin)
         cid = version = None
     else:
-        doc, version = await _profile_document(app, company, _origin(app[SETTINGS], host))
-        cid = company.id
+        docs, version = await _profile_document(app, company, origin, (protocol,))
+        doc, cid = docs[protocol], company.id
     return json.dumps(doc, separators=(",", ":")).encode(), cid, version
 
 
-async def _render(app: web.Application, request: web.Request):
+async def _render(app: web.Application, request: web.Request, protocol: str = ROOT):
     # keyed by the Host as received, so a hit needs no normalising; rendered with the lower-cased
     # host (case-insensitive, RFC 9110 §4.2.3), so every spelling gets the same bytes
     key = request.host
@@ -244,10 +271,10 @@ async def _render(app: web.Application, request: web.Request):
         company = request.get(REQ_COMPANY, ...)
         if company is ...:  # no tenancy middleware in front of us
             company = await resolve_host(app[DATABASE].pool, normalize_host(host))
-        return await _render_document(app, host, company)
+        return await _render_document(app, host, company, protocol)
 
     pool = app[DATABASE].pool
-    return await app[_RENDERED].get(key, render, lambda cid: _version(pool, cid))
+    return await _rendered(app, protocol).get(key, render, lambda cid: _version(pool, cid))
 
 
 def _bad_host() -> web.Response:
@@ -266,10 +293,30 @@ async def well_known_ucp(request: web.Request) -> web.Response:
     return hit.response(request, app[SETTINGS].profile_max_age)
 
 
+def _well_known_leaf(protocol: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """``GET /.well-known/ucp/{version}``: the leaf profile of an older served version, with the
+    root's hosting rules (no redirect, public max-age, strong ETag, 304)."""
+
+    async def well_known_leaf(request: web.Request) -> web.Response:
+        app = request.app
+        hit = app[_LEAVES][protocol].fresh(request.host)
+        if hit is None:
+            if not valid_host_header(request.host):
+                return _bad_host()
+            hit = await _render(app, request, protocol)
+        return hit.response(request, app[SETTINGS].profile_max_age)
+
+    return well_known_leaf
+
+
 def public_fast_path(
-    rendered: RenderedProfiles, settings: Settings, version: Callable[[UUID], Awaitable[Any]] | None = None
+    rendered: RenderedProfiles,
+    settings: Settings,
+    version: Callable[[UUID], Awaitable[Any]] | None = None,
+    path: str = "/.well-known/ucp",
 ) -> Callable[[web.Request, str], web.Response | None]:
-    """The answer of ``app[PUBLIC_FAST_PATHS]["/.well-known/ucp"]``: ``(request, host) -> response | None``.
+    """The answer of ``app[PUBLIC_FAST_PATHS][path]`` (``/.well-known/ucp`` and each leaf):
+    ``(request, host) -> response | None``.
 
     The foundation layer asks it only for requests the router sent to :func:`well_known_ucp` (GET or
     HEAD of this path; 404/405 take the full path), after request id and tenancy and before the trust
@@ -291,9 +338,8 @@ def public_fast_path(
     status, headers and body are identical; the foundation layer adds ``Request-Id`` and ``Server``
     to both alike.
     """
-    path = "/.well-known/ucp"
     if not trust_exempt(path):  # pragma: no cover - trust's exemptions are constants
-        raise ConfigError("the /.well-known/ucp fast path needs the path exempt from trust")
+        raise ConfigError(f"the {path} fast path needs the path exempt from trust")
     entries = rendered._entries
     monotonic = time.monotonic
     seen: list[Any] = [None, False]  # (httpsig_exempt_prefixes last read, whether it exempts the path)
@@ -370,6 +416,11 @@ def setup(app: web.Application) -> None:
     rendered = app[_RENDERED] = RenderedProfiles(
         settings.profile_render_ttl, settings.profile_cache_bytes, grace=settings.profile_max_age
     )
+    leaves = app[_LEAVES] = {
+        v: RenderedProfiles(settings.profile_render_ttl, settings.profile_cache_bytes, grace=settings.profile_max_age)
+        for v in SERVED
+        if v != ROOT
+    }
     app[_PAGES] = _Pages(settings.profile_render_ttl)
     if KEYS_PROVIDER not in app:
         app[KEYS_PROVIDER] = published_jwks  # pending + active + rotating (ucp_gateway.keys)
@@ -386,6 +437,13 @@ def setup(app: web.Application) -> None:
     if PUBLIC_FAST_PATHS in app:  # behind create_app's foundation middleware
         fast = public_fast_path(rendered, settings, lambda cid: _version(app[DATABASE].pool, cid))
         app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = PublicPath(well_known_ucp, fast)
+    for protocol, leaf in leaves.items():
+        path = VERSIONS[protocol].profile_path
+        handler = _well_known_leaf(protocol)
+        app.router.add_get(path, handler)
+        if PUBLIC_FAST_PATHS in app:
+            fast = public_fast_path(leaf, settings, lambda cid: _version(app[DATABASE].pool, cid), path)
+            app[PUBLIC_FAST_PATHS][path] = PublicPath(handler, fast)
     app.router.add_get("/ucp/agent-graph", agent_graph)
     app.router.add_get(base + "/specification/{name}", _document_handler("spec"))
     app.router.add_get(base + "/schemas/{name}.json", _document_handler("schema"))

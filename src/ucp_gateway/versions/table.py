@@ -51,7 +51,8 @@ class ProtocolVersion:
         key_lists: profile member -> the (kty, crv) pairs of our keys it lists, in member order
             (2026-08-25: ``keys[]`` is the JWK Set and ``signing_keys`` our ES256 mirror for 04-08
             verifiers of our webhooks; 2026-04-08: EC keys only).
-        spec_required: capability entries must carry ``spec`` (04-08; optional at 08-25).
+        spec_required: capability entries must carry ``spec`` (04-08; optional at 08-25, where we
+            give it anyway: a profile that is also read as a platform profile needs it).
         consent: ``booleans`` (04-08: analytics/preferences/marketing/sale_of_data) or
             ``purposes`` (08-25: ``dev.ucp.consent.*`` -> {granted, source, description}).
         handler_constraints: ``brands`` (04-08 handler-defined ``{"brands": [...]}``) or
@@ -226,7 +227,7 @@ def capability_entries(version: str, logical: tuple[str, ...] = ADVERTISED) -> d
         if wire is None:
             continue
         entry: dict[str, str] = {"version": version}
-        if wire.spec is not None and pv.spec_required:  # optional at 08-25, and its doc tree moved
+        if wire.spec is not None:  # required at 04-08, optional at 08-25 (a platform schema needs it)
             entry["spec"] = pv.spec_url(wire.spec)
         entry["schema"] = pv.schema_url(wire.schema)
         parents = [CAPABILITIES[p][version].name for p in wire.extends if version in CAPABILITIES.get(p, {})]
