@@ -7,7 +7,7 @@ import base64
 import hashlib
 
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
 PROFILE = "https://platform.example/profile.json"
@@ -32,6 +32,8 @@ def digest(body: bytes) -> str:
 
 
 def raw_sign(priv, base: bytes) -> bytes:
+    if isinstance(priv, ed25519.Ed25519PrivateKey):  # RFC 9421 §3.3.6: the RFC 8032 signature as is
+        return priv.sign(base)
     r, s = decode_dss_signature(priv.sign(base, ec.ECDSA(hashes.SHA256())))
     return r.to_bytes(32, "big") + s.to_bytes(32, "big")
 

@@ -30,11 +30,14 @@ async def outcome(coro):
         return exc.code, str(exc)
 
 
-async def compare(headers, *, body=BODY, method="POST", target="/checkout-sessions", policy=POLICY, now=NOW, seen=()):
-    """(reference outcome, fused outcome or None); each route gets its own resolver and replay store."""
+async def compare(
+    headers, *, body=BODY, method="POST", target="/checkout-sessions", policy=POLICY, now=NOW, seen=(), keys=None
+):
+    """(reference outcome, fused outcome or None); each route gets its own resolver and replay store
+    (``keys``: the profile's JWKs, default the P-256 test key)."""
     results = []
     for route in ("reference", "fused"):
-        resolver = StaticKeyResolver({PROFILE: [KEY[1]]})
+        resolver = StaticKeyResolver({PROFILE: keys or [KEY[1]]})
         store = MemoryReplayStore()
         for kid, nonce in seen:
             await store.remember(kid, nonce, now=now, ttl=policy.replay_ttl)

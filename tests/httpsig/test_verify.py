@@ -231,8 +231,11 @@ async def test_p13_alg_param_must_match_key(key, resolver):
         "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo",
         "kid": "platform-2026",
     }
-    with pytest.raises(AlgorithmUnsupported):
+    # the key fixes the algorithm: an ECDSA signature checked as the key's Ed25519 fails
+    with pytest.raises(SignatureInvalid):
         await ok(view(sign_request(priv, body=BODY)), StaticKeyResolver({PROFILE: [okp]}))
+    with pytest.raises(AlgorithmUnsupported):  # an algorithm outside the registry: refused as such
+        await ok(view(sign_request(priv, body=BODY)), StaticKeyResolver({PROFILE: [{**okp, "crv": "Ed448"}]}))
 
 
 async def test_p14_unknown_or_other_profile_kid_same_answer(key):

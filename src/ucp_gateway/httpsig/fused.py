@@ -31,7 +31,7 @@ from http_message_signatures import HTTPMessageSignaturesException
 
 from .base import _plan, _url_components
 from .errors import AlgorithmUnsupported, DigestMismatch, KeyNotFound, SignatureInvalid
-from .jwkalg import _algorithm, algorithm_for_jwk, ecdsa_verify
+from .jwkalg import _algorithm, algorithm_for_jwk, key_verify
 from .policy import MUTATING_METHODS, SignaturePolicy, check_times
 from .replay import ReplayStore
 from .resolver import KeyResolver
@@ -194,7 +194,7 @@ async def verify_fused(
         raise DigestMismatch("Content-Digest does not match the request body")
     algorithm = _algorithm(str(jwk["crv"]), jwk.get("x"), jwk.get("y"), size)
     try:
-        ecdsa_verify(algorithm, signature, base)
+        key_verify(algorithm, signature, base)
     except (HTTPMessageSignaturesException, InvalidSignature, ValueError, TypeError, AssertionError) as exc:
         raise SignatureInvalid("request signature verification failed") from exc
     result = _verified(kid, profile_url, label, ids, created, expires, nonce, tag, alg_id, jwk)

@@ -1,7 +1,11 @@
-"""EC public keys from JWKs and the ECDSA verify of RFC 9421 §3.3.4/§3.3.5 signatures.
+"""Public keys from JWKs and the verify of RFC 9421 §3.3.4/§3.3.5 (ECDSA) and §3.3.6 (Ed25519) signatures.
 
 The algorithm is fixed by the key, never by the request (RFC 9421 §3.2 step 6, §7.3.6); keys and
-the library's algorithm objects are cached by their coordinates. ``ecdsa_verify`` is the library's
+the library's algorithm objects are cached by their coordinates. :data:`ALGORITHMS_BY_CURVE` is a
+default-deny registry: the kty/crv/alg vocabulary of profiles is open (UCP 2026-08-25 SIG
+"Signature Algorithms": an unknown key type never invalidates a key set), but a signature is
+verified only with a (kty, crv) listed here; anything else is ``algorithm_unsupported`` for the
+signature that needs it. Ed25519 (OKP, RFC 8037) is verified besides ES256/ES384. ``ecdsa_verify`` is the library's
 ECDSA verify without its call layers, checked against it in tests/httpsig/test_verify_fast.py.
 No I/O here.
 """
@@ -13,7 +17,7 @@ import binascii
 from functools import lru_cache
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from http_message_signatures import HTTPMessageSignaturesException, algorithms
 
@@ -25,20 +29,23 @@ __all__ = [
     "algorithm_instance",
     "der_signature",
     "ecdsa_verify",
+    "key_verify",
     "looks_der_encoded",
     "public_key_from_jwk",
 ]
 
 #: (kty, crv) -> (library algorithm class, coordinate size in bytes). ES256 is required by UCP,
-#: ES384 optional (UCP signatures.md "Algorithms"). Nothing else is ever accepted.
+#: ES384 and EdDSA/Ed25519 optional (UCP 2026-08-25 SIG "Signature Algorithms"). Nothing else is
+#: ever accepted (default deny).
 ALGORITHMS_BY_CURVE: dict[tuple[str, str], tuple[type, int]] = {
     ("EC", "P-256"): (algorithms.ECDSA_P256_SHA256, 32),
     ("EC", "P-384"): (algorithms.ECDSA_P384_SHA384, 48),
+    ("OKP", "Ed25519"): (algorithms.ED25519, 32),
 }
 _CURVES = {"P-256": ec.SECP256R1, "P-384": ec.SECP384R1}
 
 
-def _b64url(s: Any, size: int) -> int:
+def _b64url_bytes(s: Any, size: int) -> bytes:
     if not isinstance(s, str):
         raise KeyMalformed("JWK coordinate must be a base64url string")
     try:
@@ -47,10 +54,15 @@ def _b64url(s: Any, size: int) -> int:
         raise KeyMalformed("JWK coordinate is not base64url") from None
     if len(raw) != size:
         raise KeyMalformed("JWK coordinate has the wrong length")
-    return int.from_bytes(raw, "big")
+    return raw
 
 
-_JOSE_ALG = {"P-256": "ES256", "P-384": "ES384"}  # RFC 7518 §3.1: the JWS alg of each curve
+def _b64url(s: Any, size: int) -> int:
+    return int.from_bytes(_b64url_bytes(s, size), "big")
+
+
+# RFC 7518 §3.1 / RFC 8037 §3.1: the JWS alg of each curve (a key's alg member must be it)
+_JOSE_ALG = {"P-256": "ES256", "P-384": "ES384", "Ed25519": "EdDSA"}
 
 
 def algorithm_for_jwk(jwk: dict[str, Any]) -> tuple[type, int]:
@@ -63,7 +75,7 @@ def algorithm_for_jwk(jwk: dict[str, Any]) -> tuple[type, int]:
     """
     alg = ALGORITHMS_BY_CURVE.get((str(jwk.get("kty")), str(jwk.get("crv"))))
     if alg is None:
-        raise AlgorithmUnsupported("the signing key's algorithm is not supported (use ES256)")
+        raise AlgorithmUnsupported("the signing key's algorithm is not supported (use ES256, ES384 or EdDSA)")
     if "alg" in jwk and jwk["alg"] != _JOSE_ALG[jwk["crv"]]:
         raise AlgorithmUnsupported("the signing key's alg does not match its curve")
     if "use" in jwk and jwk["use"] != "sig":
@@ -73,16 +85,29 @@ def algorithm_for_jwk(jwk: dict[str, Any]) -> tuple[type, int]:
     return alg
 
 
-def _coordinates(x: Any, y: Any) -> None:
+def _coordinates(crv: str, x: Any, y: Any) -> None:
     """Refuse coordinates that are not strings before they reach a cache key (a list or an object
-    in a caller's profile is unhashable: a TypeError there would be a 500)."""
-    if type(x) is not str or type(y) is not str:
+    in a caller's profile is unhashable: a TypeError there would be a 500). An OKP key has no
+    ``y`` (RFC 8037 §2): it is ignored there."""
+    if type(x) is not str or (crv in _CURVES and type(y) is not str):
         raise KeyMalformed("JWK coordinate must be a base64url string")
 
 
-def _public_key(crv: str, x: Any, y: Any, size: int) -> ec.EllipticCurvePublicKey:
-    _coordinates(x, y)
+def _public_key(crv: str, x: Any, y: Any, size: int) -> Any:
+    _coordinates(crv, x, y)
+    if crv == "Ed25519":
+        return _ed25519_cached(x)
     return _public_key_cached(crv, x, y, size)
+
+
+@lru_cache(maxsize=4096)
+def _ed25519_cached(x: str) -> ed25519.Ed25519PublicKey:
+    # RFC 8037 §2: x is the 32-byte public key; every 32-byte string decodes (no point check here:
+    # a non-canonical key simply verifies nothing)
+    try:
+        return ed25519.Ed25519PublicKey.from_public_bytes(_b64url_bytes(x, 32))
+    except ValueError as exc:
+        raise KeyMalformed("JWK is not a valid Ed25519 public key") from exc
 
 
 @lru_cache(maxsize=4096)
@@ -94,8 +119,9 @@ def _public_key_cached(crv: str, x: str, y: str, size: int) -> ec.EllipticCurveP
         raise KeyMalformed("JWK is not a valid point on its curve") from exc
 
 
-def public_key_from_jwk(jwk: dict[str, Any]) -> ec.EllipticCurvePublicKey:
-    """A cryptography public key from an EC JWK (RFC 7518 §6.2), cached by its coordinates.
+def public_key_from_jwk(jwk: dict[str, Any]) -> Any:
+    """A cryptography public key from an EC JWK (RFC 7518 §6.2) or an OKP Ed25519 JWK (RFC 8037
+    §2), cached by its coordinates.
 
     Raises AlgorithmUnsupported for another kty/crv, KeyMalformed (422 profile_malformed) for
     coordinates that are not base64url of the curve's size or an off-curve point.
@@ -106,7 +132,9 @@ def public_key_from_jwk(jwk: dict[str, Any]) -> ec.EllipticCurvePublicKey:
 
 def _algorithm(crv: str, x: Any, y: Any, size: int) -> Any:
     """The library algorithm bound to the key (cached by coordinates). Raises AlgorithmUnsupported."""
-    _coordinates(x, y)
+    _coordinates(crv, x, y)
+    if crv == "Ed25519":
+        return _ed25519_algorithm(x)
     return _algorithm_cached(crv, x, y, size)
 
 
@@ -114,6 +142,11 @@ def _algorithm(crv: str, x: Any, y: Any, size: int) -> Any:
 def _algorithm_cached(crv: str, x: str, y: str, size: int) -> Any:
     alg_cls, _ = ALGORITHMS_BY_CURVE[("EC", crv)]
     return alg_cls(public_key=_public_key_cached(crv, x, y, size))
+
+
+@lru_cache(maxsize=4096)
+def _ed25519_algorithm(x: str) -> Any:
+    return algorithms.ED25519(public_key=_ed25519_cached(x))
 
 
 def algorithm_instance(jwk: dict[str, Any]) -> Any:
@@ -136,7 +169,7 @@ def looks_der_encoded(sig: bytes) -> bool:
         return False
 
 
-_ECDSA_CLASSES = frozenset(cls for cls, _size in ALGORITHMS_BY_CURVE.values())
+_ECDSA_CLASSES = frozenset(cls for (kty, _crv), (cls, _size) in ALGORITHMS_BY_CURVE.items() if kty == "EC")
 
 
 def der_signature(signature: bytes, size: int) -> bytes:
@@ -165,3 +198,15 @@ def ecdsa_verify(algorithm: Any, signature: bytes, message: bytes) -> None:
     if len(signature) != 2 * size:
         raise HTTPMessageSignaturesException("Unexpected signature length")
     algorithm.public_key.verify(der_signature(signature, size), message, algorithm.signature_algorithm)
+
+
+def key_verify(algorithm: Any, signature: bytes, message: bytes) -> None:
+    """Verify ``signature`` over ``message`` with a library algorithm from :func:`algorithm_instance`:
+    ECDSA through :func:`ecdsa_verify` (raw ``r || s``, never DER), Ed25519 as RFC 8032 (the 64-byte
+    signature; RFC 9421 §3.3.6). Raises HTTPMessageSignaturesException or InvalidSignature."""
+    if type(algorithm) in _ECDSA_CLASSES:
+        ecdsa_verify(algorithm, signature, message)
+        return
+    if type(algorithm) is algorithms.ED25519 and len(signature) != 64:  # RFC 8032 §5.1.6: exactly 64 bytes
+        raise HTTPMessageSignaturesException("Unexpected signature length")
+    algorithm.verify(signature=signature, message=message)  # the library's (RFC 9421 vectors: RSA, HMAC too)

@@ -26,11 +26,11 @@ from multidict import CIMultiDict
 from .base import fast_base_for_ids
 from .errors import SignatureInvalid
 from .jwkalg import (  # re-exported: this module is where callers have always found them
-    _ECDSA_CLASSES,
     ALGORITHMS_BY_CURVE,
     algorithm_for_jwk,
     algorithm_instance,
     ecdsa_verify,
+    key_verify,
     looks_der_encoded,
     public_key_from_jwk,
 )
@@ -43,6 +43,7 @@ __all__ = [
     "algorithm_for_jwk",
     "algorithm_instance",
     "ecdsa_verify",
+    "key_verify",
     "looks_der_encoded",
     "parse_signatures",
     "public_key_from_jwk",
@@ -320,7 +321,8 @@ def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> None
 
     Freshness, coverage and key choice are the caller's policy, checked before. The base comes
     from :func:`.base.fast_base_for_ids` when it applies, else from the library; the library's
-    ECDSA classes are run through :func:`.jwkalg.ecdsa_verify` (the same steps, fewer calls). Raises
+    ECDSA classes are run through :func:`.jwkalg.ecdsa_verify` (the same steps, fewer calls) and
+    Ed25519 through the library (:func:`.jwkalg.key_verify`). Raises
     SignatureInvalid for any failure (unknown parameter, §2.5 base error, wrong length, bad
     signature).
     """
@@ -333,10 +335,7 @@ def verify_signature(message: Any, sig: ParsedSignature, algorithm: Any) -> None
         base = fast_base_for_ids(
             message, sig.components, sig.params, sig.params_text, is_request=type(message) is RequestView
         ) or signature_base(message, sig)
-        if type(algorithm) in _ECDSA_CLASSES:
-            ecdsa_verify(algorithm, sig.signature, base)
-        else:
-            algorithm.verify(signature=sig.signature, message=base)
+        key_verify(algorithm, sig.signature, base)
     except (HTTPMessageSignaturesException, InvalidSignature, ValueError, TypeError, AssertionError) as exc:
         raise SignatureInvalid("request signature verification failed") from exc
 

@@ -10,7 +10,7 @@ import base64
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
-from joserfc.jwk import ECKey
+from joserfc.jwk import ECKey, OKPKey
 
 __all__ = ["generate_p256", "private_key_from_jwk", "public_jwk", "thumbprint"]
 
@@ -29,7 +29,11 @@ def _int(s: str) -> int:
 
 
 def thumbprint(jwk: dict[str, Any]) -> str:
-    """RFC 7638 §3 thumbprint (SHA-256, base64url) of an EC JWK: the ``kid`` we use."""
+    """RFC 7638 §3 thumbprint (SHA-256, base64url) of an EC JWK (``crv kty x y``: the ``kid`` we
+    use) or an OKP JWK (``crv kty x``, RFC 8037 §2; UCP 2026-08-25 SIG "Key Format": the ``kid`` of a
+    Web Bot Auth key). Raises KeyError / ValueError for another kty or missing members."""
+    if jwk.get("kty") == "OKP":
+        return OKPKey.import_key({k: jwk[k] for k in ("crv", "kty", "x")}).thumbprint()
     members = {k: jwk[k] for k in ("crv", "kty", "x", "y")}
     return ECKey.import_key(members).thumbprint()
 
