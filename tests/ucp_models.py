@@ -39,7 +39,7 @@ def _install() -> Path:
         if not done.is_dir():
             tmp = Path(f"{_DIR}.tmp-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
-            subprocess.run(  # noqa: S603 - fixed arguments
+            subprocess.run(
                 [
                     sys.executable,
                     "-m",

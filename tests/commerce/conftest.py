@@ -87,9 +87,11 @@ class Platform:
     """Real test platforms on 127.0.0.1: ``/profile/{name}.json`` (UCP platform profile with the
     checkout extensions and the order capability's webhook_url: ``webhook_url``, default this
     platform's ``/webhooks``; ``raw_document`` replaces the whole profile) and ``POST /webhooks``.
-    ``profile_hits`` counts profile requests."""
+    ``profile_hits`` counts profile requests. ``version``: the protocol version its profile speaks
+    (2026-08-25 lists its keys in ``keys``, 2026-04-08 in ``signing_keys``)."""
 
-    def __init__(self, signing_keys: list | None = None):
+    def __init__(self, signing_keys: list | None = None, version: str = "2026-04-08"):
+        self.version = version
         self.received: list[tuple[dict, bytes]] = []
         self.fail_next = 0
         self.hang = asyncio.Event()
@@ -114,12 +116,13 @@ class Platform:
         return self
 
     def document(self) -> dict:
+        v = self.version
         caps = {
             n: [
                 {
-                    "version": "2026-04-08",
-                    "spec": f"https://ucp.dev/2026-04-08/specification/{n.split('.')[-1]}",
-                    "schema": f"https://ucp.dev/2026-04-08/schemas/shopping/{n.split('.')[-1]}.json",
+                    "version": v,
+                    "spec": f"https://ucp.dev/{v}/specification/{n.split('.')[-1]}",
+                    "schema": f"https://ucp.dev/{v}/schemas/shopping/{n.split('.')[-1]}.json",
                 }
             ]
             for n in (
@@ -141,15 +144,16 @@ class Platform:
             caps[n][0]["extends"] = "dev.ucp.shopping.checkout"
         caps["dev.ucp.shopping.order"] = [
             {
-                "version": "2026-04-08",
-                "spec": "https://ucp.dev/2026-04-08/specification/order",
-                "schema": "https://ucp.dev/2026-04-08/schemas/shopping/order.json",
+                "version": v,
+                "spec": f"https://ucp.dev/{v}/specification/order",
+                "schema": f"https://ucp.dev/{v}/schemas/shopping/order.json",
                 "config": {"webhook_url": self.webhook_url or self.base + "/webhooks"},
             }
         ]
+        keys = "keys" if v == "2026-08-25" else "signing_keys"
         return {
-            "ucp": {"version": "2026-04-08", "services": {}, "capabilities": caps, "payment_handlers": {}},
-            "signing_keys": self.signing_keys,
+            "ucp": {"version": v, "services": {}, "capabilities": caps, "payment_handlers": {}},
+            keys: self.signing_keys,
         }
 
     async def profile(self, request):

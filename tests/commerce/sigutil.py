@@ -109,9 +109,22 @@ class _One(HTTPSignatureKeyResolver):
 
 
 class BuyerKey:
-    """An EC P-256 key of a test buyer agent; signs requests with http-message-signatures."""
+    """A test buyer agent's key (EC P-256, or OKP Ed25519 with ``curve="Ed25519"``, whose kid is
+    its RFC 7638 thumbprint as UCP 2026-08-25 asks); signs requests with http-message-signatures."""
 
-    def __init__(self, kid: str = "buyer-2026"):
+    def __init__(self, kid: str = "buyer-2026", curve: str = "P-256"):
+        if curve == "Ed25519":
+            from cryptography.hazmat.primitives.asymmetric import ed25519
+
+            from ucp_gateway.keys.rfc7638 import thumbprint
+
+            self.priv = ed25519.Ed25519PrivateKey.generate()
+            raw = self.priv.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+            x = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+            self.jwk = {"kty": "OKP", "crv": "Ed25519", "x": x, "use": "sig", "alg": "EdDSA"}
+            self.kid = self.jwk["kid"] = thumbprint(self.jwk)
+            self.algorithm = algorithms.ED25519
+            return
         from cryptography.hazmat.primitives.asymmetric import ec
 
         self.kid = kid
@@ -126,6 +139,7 @@ class BuyerKey:
             "use": "sig",
             "alg": "ES256",
         }
+        self.algorithm = algorithms.ECDSA_P256_SHA256
 
     def sign(self, method: str, url: str, headers: dict, body: bytes = b"") -> dict:
         """Headers + Content-Digest + Signature(-Input) covering the UCP request components."""
@@ -136,7 +150,7 @@ class BuyerKey:
             comps.append("content-digest")
         comps += [n for n in ("content-type", "ucp-agent", "idempotency-key") if any(k.lower() == n for k in h)]
         m = Msg(method, url, h, body)
-        HTTPMessageSigner(signature_algorithm=algorithms.ECDSA_P256_SHA256, key_resolver=_One(self.priv)).sign(
+        HTTPMessageSigner(signature_algorithm=self.algorithm, key_resolver=_One(self.priv)).sign(
             m,
             key_id=self.kid,
             label="sig1",

@@ -168,6 +168,27 @@ def test_consent_request_malformed_is_400_with_path(consent):
     assert err.value.code == "invalid_request" and "$.buyer.consent" in err.value.message
 
 
+def test_fulfillment_2026_08_25_types_destinations_both_ways():
+    neutral = {
+        "methods": [
+            {
+                "type": "pickup",
+                "destinations": [{"id": "store", "name": "Store"}],
+                "groups": [{"options": [{"id": "p", "description": "Today"}]}],
+            }
+        ]
+    }
+    body = {"ucp": {"capabilities": {}}, "id": "c", "fulfillment": neutral}
+    (m,) = to_wire("checkout", body, ROOT)["fulfillment"]["methods"]
+    assert m["destinations"] == [{"type": "business_location", "id": "store", "name": "Store"}]
+    assert m["groups"][0]["options"][0]["description"] == {"plain": "Today"}
+    assert body["fulfillment"] is neutral and "type" not in neutral["methods"][0]["destinations"][0]
+    request = {
+        "fulfillment": {"methods": [{"type": "shipping", "destinations": [{"type": "shipping_address", "id": "d"}]}]}
+    }
+    assert from_wire("checkout.request", request, ROOT)["fulfillment"]["methods"][0]["destinations"] == [{"id": "d"}]
+
+
 # -- the property: two versions of one state differ only where the table says ------------------
 
 _TEXT = st.text(alphabet="abcdefghij0123456789 ", min_size=1, max_size=12)
@@ -199,6 +220,18 @@ def _checkout(draw) -> dict[str, Any]:
     buyer = draw(_BUYER)
     if buyer is not None:
         body["buyer"] = buyer
+    if draw(st.booleans()):
+        mtype = draw(st.sampled_from(["shipping", "pickup"]))
+        body["fulfillment"] = {
+            "methods": [
+                {
+                    "id": "m1",
+                    "type": mtype,
+                    "destinations": [{"id": "d1", "address_country": "US"}],
+                    "groups": [{"id": "g1", "options": [{"id": "o1", "title": "Std", "description": draw(_TEXT)}]}],
+                }
+            ]
+        }
     return body
 
 

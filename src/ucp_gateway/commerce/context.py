@@ -36,6 +36,7 @@ from ..httpsig.web import effective_mode
 from ..levels import DEFAULT_LEVELS, OPEN_LEVELS, OPERATIONS, STRICT_LEVELS, AccessLevel
 from ..logs import get_logger
 from ..tenancy import Company, public_origin, resolve_host, valid_host_header
+from ..versions import to_wire
 from .catalog import PickupLocation
 from .checkout import ShopInfo
 from .discounts import AutomaticDiscount
@@ -74,7 +75,9 @@ class RateLimited(GatewayError):
 
 
 def payment_handlers(settings: Settings) -> dict[str, list[dict[str, Any]]]:
-    """The demo payment handler as advertised in the profile and in every checkout ``ucp``."""
+    """The demo payment handler as advertised in the profile and in every checkout ``ucp`` (neutral
+    shape; ``versions.to_wire("payment_handlers")`` gives each version's). The handler's own version
+    is ours to set (vendor-controlled), the same at every protocol version."""
     base = settings.vendor_base_url.rstrip("/")
     return {
         f"{settings.vendor_prefix}.mock_payment": [
@@ -103,12 +106,14 @@ async def company_of(request: web.Request) -> Company:
 @dataclass(frozen=True)
 class Negotiation:
     """What discovery negotiated for this request (None fields: not known). ``webhook_url`` is the
-    profile's order webhook_url that passed the outbound URL policy, else None."""
+    profile's order webhook_url that passed the outbound URL policy, else None. ``version``: the
+    protocol version the request is processed under (the platform's; every response says it)."""
 
     profile_url: str
     checkout_caps: dict[str, list[dict[str, str]]] | None
     order_caps: dict[str, list[dict[str, str]]] | None
     webhook_url: str | None
+    version: str = UCP_VERSION
 
 
 _log = get_logger("ucp_gateway.commerce.context")
@@ -254,7 +259,7 @@ async def negotiated_capabilities(
             fetcher=app[PROFILE_FETCHER],
             pool=app[DATABASE].pool,
             company=company,
-            business_profile=await _business_profile(app, company, origin),
+            business_profiles=await _business_profile(app, company, origin),
             http_hosts=_http_hosts(settings.dev_mode, tuple(settings.dev_profile_hosts)),
             agent=agent,
             role=request.get(REQ_AGENT_ROLE) if agent is None else None,
@@ -284,6 +289,7 @@ def _negotiation(
         negotiated.response_registry(operation),
         order_caps,
         _webhook_url(profile.capabilities, dev_hosts, profile_url),
+        negotiated.version,
     )
     if len(_NEG_MEMO) >= 2048:  # bounded
         _NEG_MEMO.clear()
@@ -354,10 +360,12 @@ def webhooks_for(caller: str, dev_mode: bool) -> bool:
     return dev_mode or not caller.startswith(UNVERIFIED)
 
 
-def _capabilities(names: Sequence[str], negotiated: Mapping[str, Any] | None) -> dict[str, list[dict[str, str]]]:
+def _capabilities(
+    names: Sequence[str], negotiated: Mapping[str, Any] | None, version: str
+) -> dict[str, list[dict[str, str]]]:
     if negotiated:
         return {n: list(v) for n, v in negotiated.items()}
-    return {n: [{"version": UCP_VERSION}] for n in names}
+    return {n: [{"version": version}] for n in names}
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,13 +392,14 @@ def _shop_parts(base_url: str, settings: Settings, cs: Mapping[str, Any], neg: N
     if hit is not None and hit[0] is cs and hit[1] is neg:
         return hit[2]
     handlers = payment_handlers(settings)
+    version = neg.version if neg else UCP_VERSION
     shop = ShopInfo(
         base_url=base_url,
         ucp={
-            "version": UCP_VERSION,
+            "version": version,
             "status": "success",
-            "capabilities": _capabilities(CHECKOUT_CAPABILITIES, neg.checkout_caps if neg else None),
-            "payment_handlers": handlers,
+            "capabilities": _capabilities(CHECKOUT_CAPABILITIES, neg.checkout_caps if neg else None, version),
+            "payment_handlers": to_wire("payment_handlers", handlers, version),
         },
         automatic_discounts=tuple(AutomaticDiscount(**a) for a in cs.get("automatic_discounts") or ()),
     )
@@ -399,9 +408,9 @@ def _shop_parts(base_url: str, settings: Settings, cs: Mapping[str, Any], neg: N
     out = _Shop(
         shop=shop,
         order_ucp={
-            "version": UCP_VERSION,
+            "version": version,
             "status": "success",
-            "capabilities": _capabilities(("dev.ucp.shopping.order",), neg.order_caps if neg else None),
+            "capabilities": _capabilities(("dev.ucp.shopping.order",), neg.order_caps if neg else None, version),
         },
         handler_ids=frozenset(h["id"] for entries in handlers.values() for h in entries),
         pickup=pickup,
@@ -456,6 +465,7 @@ def build_context(request: web.Request, company: Company, caller: str, neg: Nego
         now=request.app[CLOCK].now(),
         shop=parts.shop,
         order_ucp=parts.order_ucp,
+        version=parts.shop.ucp["version"],
         handler_ids=parts.handler_ids,
         currency=cs.get("currency") or "USD",
         ttl=timedelta(seconds=settings.checkout_ttl),

@@ -19,6 +19,7 @@ from typing import Any
 import asyncpg
 
 from ..levels import DEFAULT_LEVELS, AccessLevel, permits
+from ..versions import VERSIONS, from_wire, to_wire
 from . import repo
 from .catalog import PickupLocation
 from .checkout import ShopInfo, price_checkout, render_checkout, rfc3339
@@ -40,9 +41,10 @@ __all__ = [
     "get_order",
     "simulate_shipping",
     "update",
+    "wire",
 ]
 
-UCP_VERSION = "2026-04-08"
+UCP_VERSION = "2026-04-08"  # the neutral shape's version: what a request without negotiation is answered in
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class CommerceContext:
     max_order_amount: int | None = None
     pickup_locations: tuple[PickupLocation, ...] = field(default=())
     webhook_url: str | None = None  # the platform's order webhook_url, from negotiation
+    version: str = UCP_VERSION  # the protocol version negotiated for this request (ucp_gateway.versions)
     # runs an operation's last write (verb runtime: with the audit row, one round trip); None = at once
     last_write: repo.LastWrite | None = None
     access_level: str = AccessLevel.IDENTIFIED
@@ -89,10 +92,35 @@ class CommerceContext:
         return new
 
 
+def wire(out: Outcome, ctx: CommerceContext, kind: str) -> Outcome:
+    """An operation's Outcome in the caller's protocol version (``ctx.version``): the one place a
+    response body leaves the domain's neutral shape (``versions.to_wire``).
+
+    A stored resource answers with this request's ``ucp`` envelope (a checkout created under one
+    version is read and completed under another: the state is one, each answer in the caller's
+    version); an error envelope gets this request's version; a protocol error (``{"code",
+    "content"}``) has no envelope and passes as it is. ``kind``: ``checkout``, ``order``, ``cart``,
+    ``catalog`` (whose bodies are rendered per request with the request's envelope already).
+    """
+    body = out.body
+    ucp = body.get("ucp") if isinstance(body, dict) else None
+    if not isinstance(ucp, dict):
+        return out
+    if "id" not in body or ucp.get("status") == "error":
+        if ucp.get("version") != ctx.version:
+            body = {**body, "ucp": {**ucp, "version": ctx.version}}
+    elif kind in ("checkout", "order"):  # stored resources: this request's envelope
+        envelope = ctx.shop.ucp if kind == "checkout" else ctx.order_ucp
+        if ucp is not envelope:
+            body = {**body, "ucp": envelope}
+    body = to_wire(kind, body, ctx.version)
+    return out if body is out.body else Outcome(out.status, body)
+
+
 def _not_found(ctx: CommerceContext, what: str) -> Outcome:
     return Outcome(
         200,
-        error_envelope(UCP_VERSION, "not_found", f"{what} not found", continue_url=ctx.shop.base_url + "/"),
+        error_envelope(ctx.version, "not_found", f"{what} not found", continue_url=ctx.shop.base_url + "/"),
     )
 
 
@@ -134,12 +162,14 @@ async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str,
             return await get(conn, ctx, open_id)
         if data is None:
             return _not_found(ctx, "Cart")
+    else:  # a cart's contents are neutral already; a body is in the caller's version
+        data = from_wire("checkout.request", data, ctx.version)
     state = parse_state(data, update=False)
     priced = await _price(conn, ctx, state)
     if priced.nothing_purchasable:
         msgs = [dict(m, severity="unrecoverable") for m in priced.messages if m["type"] == "error"]
         msgs = [m for m in msgs if m["code"] != "missing"] or msgs
-        body = {"ucp": {"version": UCP_VERSION, "status": "error"}, "messages": msgs}
+        body = {"ucp": {"version": ctx.version, "status": "error"}, "messages": msgs}
         return Outcome(200, body)
     cid = f"chk_{uuid.uuid4().hex}"
     expires_at = ctx.now + ctx.ttl
@@ -222,7 +252,7 @@ async def update(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, data:
     try:  # parsed first so the row lock and the catalogue are one round trip; refused in the same order
         if "id" in data and data["id"] != cid:
             raise InvalidRequest("$.id: the body's id differs from the checkout id in the URL")
-        state, bad = parse_state(data, update=True), None
+        state, bad = parse_state(from_wire("checkout.request", data, ctx.version), update=True), None
     except Exception as exc:
         state, bad = None, exc
     if state is None:
@@ -369,7 +399,8 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
         "outbox": {
             "event_type": "order.created",
             "caller": row["caller"],
-            "payload": render_order(snapshot, [], [], ctx.order_ucp),
+            # in the completing platform's version: the order webhook goes to that platform
+            "payload": to_wire("order", render_order(snapshot, [], [], ctx.order_ucp), ctx.version),
             "target_url": ctx.webhook_url,
             "now": ctx.now,
         },
@@ -462,8 +493,19 @@ async def simulate_shipping(conn: asyncpg.Connection, ctx: CommerceContext, orde
         return _not_found(ctx, "Order")
     ev = shipped_event(order["snapshot"], event_id=f"evt_{uuid.uuid4().hex}", now=ctx.now)
     await repo.insert_event(conn, ctx.company_id, order_id, ev)
-    owner_ctx = CommerceContext(**{**ctx.__dict__, "caller": order["caller"]})
+    # the event goes to the platform that placed the order, in the version it completed under: the
+    # envelope of its order.created event (this request's own when that row was swept)
+    placed = await conn.fetchval(
+        "SELECT convert_from(payload, 'UTF8')::json -> 'ucp' FROM webhook_outbox"
+        " WHERE order_id = $1 AND event_type = 'order.created' LIMIT 1",
+        order_id,
+    )
+    owner = {"caller": order["caller"]}
+    if isinstance(placed, dict) and placed.get("version") in VERSIONS:
+        owner.update(order_ucp=placed, version=placed["version"])
+    owner_ctx = CommerceContext(**{**ctx.__dict__, **owner})
     _, body = await _order_body(conn, owner_ctx, order_id)
+    body = to_wire("order", body, owner_ctx.version)
     await repo.insert_outbox(
         conn,
         ctx.company_id,

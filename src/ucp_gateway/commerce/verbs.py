@@ -84,6 +84,7 @@ VERB_OPS: dict[str, tuple[RiskClass, Op]] = {
 _WITH_ID = frozenset({"checkout.get", "checkout.update", "checkout.complete", "checkout.cancel", "orders.get",
                       "cart.get", "cart.update", "cart.cancel"})  # fmt: skip
 _ENTITY = {"checkout": "checkout_session", "orders": "order", "catalog": "catalog", "cart": "cart"}
+_KIND = {"checkout": "checkout", "orders": "order", "catalog": "catalog", "cart": "cart"}
 _DESCRIPTIONS = {
     "checkout.create": "UCP create_checkout: price the line items from the catalogue and open a checkout session.",
     "checkout.get": "UCP get_checkout: the latest state of a checkout session.",
@@ -114,6 +115,7 @@ def result_of(out: Outcome, *, read: bool, entity: str) -> dict[str, Any]:
 
 def _handler(name: str, op: Op, read: bool):
     entity_type = _ENTITY[name.split(".")[0]]
+    kind = _KIND[name.split(".")[0]]  # the response's wire shape (ucp_gateway.versions kinds)
 
     async def handler(ctx: VerbContext) -> dict[str, Any]:
         cctx = CURRENT.get(None)
@@ -122,12 +124,12 @@ def _handler(name: str, op: Op, read: bool):
         if not read:  # the operation's last write goes out with the audit row (one round trip)
             cctx = cctx.with_last_write(ctx.write_last)
         args = ctx.args if type(ctx.args) is dict else dict(ctx.args)  # the dispatcher's own copy
-        out = await _run(op, ctx.conn, cctx, args)
+        out = service.wire(await _run(op, ctx.conn, cctx, args), cctx, kind)
         entity = args.get("id") or (out.body.get("id") if isinstance(out.body, dict) else None) or "-"
         ctx.set_entity(entity_type, str(entity))
         fallback = ctx.otherwise
         if fallback is not None:  # a deferred guarded last write: its fallback answers an Outcome
-            ctx.otherwise = lambda: _answer(fallback, str(entity))
+            ctx.otherwise = lambda: _answer(fallback, str(entity), cctx, kind)
         return result_of(out, read=read, entity=str(entity))
 
     return handler
@@ -143,9 +145,11 @@ async def _run(op: Callable[..., Awaitable[Outcome]], *args: Any) -> Outcome:
         return Outcome(exc.http_status, exc.to_body())
 
 
-async def _answer(fallback: Callable[[], Awaitable[Any]], entity: str) -> dict[str, Any]:
+async def _answer(
+    fallback: Callable[[], Awaitable[Any]], entity: str, cctx: CommerceContext, kind: str
+) -> dict[str, Any]:
     """The handler's result from an operation's write_last ``otherwise`` (an Outcome)."""
-    return result_of(await _run(fallback), read=False, entity=entity)
+    return result_of(service.wire(await _run(fallback), cctx, kind), read=False, entity=entity)
 
 
 def provide(registry: Registry, *, daily_completes: int | None = None) -> None:

@@ -175,8 +175,10 @@ async def run_verb(
 async def _direct(request, company, caller, ctx, verb, args, key, raw) -> web.Response:
     op = VERB_OPS[verb][1]
 
+    kind = "checkout" if verb.startswith("checkout") else "order"
+
     async def run(conn: asyncpg.Connection) -> Stored:
-        out = await op(conn, ctx, args)
+        out = service.wire(await op(conn, ctx, args), ctx, kind)
         return Stored(out.status, JSON, dumps_compact(out.body))  # as the verb path writes bodies
 
     settings = request.app[SETTINGS]

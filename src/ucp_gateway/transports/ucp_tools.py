@@ -177,7 +177,7 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
             return json.loads(raw)
 
         async def once(conn: asyncpg.Connection) -> Stored:
-            out = await op(conn, ctx, args)
+            out = service.wire(await op(conn, ctx, args), ctx, "order" if operation == "order" else "checkout")
             return Stored(out.status, JSON, serialize(out.body))
 
         async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:

@@ -92,7 +92,7 @@ class ProtocolVersion:
 
 
 _COMMON_FIELDS = {
-    "checkout": frozenset({"ucp", "buyer.consent"}),
+    "checkout": frozenset({"ucp", "buyer.consent", "fulfillment"}),
     "order": frozenset({"ucp"}),
     "error": frozenset({"ucp"}),
 }

@@ -11,6 +11,11 @@
   ``source: "platform"``; an absent one is the business default ``granted: false, source:
   "business"``. We advertise the four well-known purposes and no segments, so every decision a
   platform can confirm fits the booleans; unadvertised keys are ignored (BC "MUST ignore").
+- Fulfillment (S:shopping/types/fulfillment_destination.json, fulfillment_option_base.json):
+  destinations carry an explicit ``type`` (``shipping_address`` for shipping, ``business_location``
+  for pickup; required in business responses, optional in platform requests, where we drop it:
+  the method's type decides), and an option's ``description`` is a Description object
+  (``{"plain": ...}``) instead of a string.
 """
 
 from __future__ import annotations
@@ -23,7 +28,16 @@ from .shapes import register_shape
 from .table import ROOT, ProtocolVersion
 from .v2026_04_08 import publish_keys
 
-__all__ = ["CONSENT_PURPOSES", "checkout", "checkout_request", "consent_purposes", "payment_handlers", "profile"]
+__all__ = [
+    "CONSENT_PURPOSES",
+    "DESTINATION_TYPES",
+    "checkout",
+    "checkout_request",
+    "consent_purposes",
+    "fulfillment",
+    "payment_handlers",
+    "profile",
+]
 
 #: neutral boolean -> (2026-08-25 purpose id, the description we advertise)
 CONSENT_PURPOSES: Mapping[str, tuple[str, str]] = {
@@ -34,6 +48,58 @@ CONSENT_PURPOSES: Mapping[str, tuple[str, str]] = {
 }
 _BY_PURPOSE = {purpose: short for short, (purpose, _) in CONSENT_PURPOSES.items()}
 _CONSENT_CAPABILITY = "dev.ucp.shopping.buyer_consent"
+
+
+#: fulfillment method type -> the 2026-08-25 destination type of its destinations
+DESTINATION_TYPES: Mapping[str, str] = {"shipping": "shipping_address", "pickup": "business_location"}
+
+
+def _described(option: Any) -> Any:
+    if isinstance(option, Mapping) and isinstance(option.get("description"), str):
+        return dict(option, description={"plain": option["description"]})
+    return option
+
+
+def fulfillment(f: Mapping[str, Any]) -> dict[str, Any]:
+    """A neutral checkout ``fulfillment`` as 2026-08-25: typed destinations, Description options."""
+    methods = []
+    for m in f.get("methods") or ():
+        if not isinstance(m, Mapping):
+            methods.append(m)
+            continue
+        m = dict(m)
+        dtype = DESTINATION_TYPES.get(m.get("type"))  # type: ignore[arg-type]
+        if dtype is not None and isinstance(m.get("destinations"), list):
+            m["destinations"] = [
+                {"type": dtype, **d} if isinstance(d, Mapping) and "type" not in d else d for d in m["destinations"]
+            ]
+        if isinstance(m.get("groups"), list):
+            m["groups"] = [
+                dict(g, options=[_described(o) for o in g["options"]])
+                if isinstance(g, Mapping) and isinstance(g.get("options"), list)
+                else g
+                for g in m["groups"]
+            ]
+        methods.append(m)
+    return {**f, "methods": methods}
+
+
+def _fulfillment_request(f: Any) -> Any:
+    """A 2026-08-25 request ``fulfillment`` in the neutral shape: destination ``type`` dropped."""
+    if not isinstance(f, Mapping) or not isinstance(f.get("methods"), list):
+        return f
+    methods = []
+    for m in f["methods"]:
+        if isinstance(m, Mapping) and isinstance(m.get("destinations"), list):
+            m = dict(
+                m,
+                destinations=[
+                    {k: v for k, v in d.items() if k != "type"} if isinstance(d, Mapping) else d
+                    for d in m["destinations"]
+                ],
+            )
+        methods.append(m)
+    return {**f, "methods": methods}
 
 
 def _constraints(c: Any) -> Any:
@@ -92,15 +158,15 @@ def checkout(body: Mapping[str, Any], pv: ProtocolVersion) -> dict[str, Any]:
     the consent extension is negotiated (BC: the business MUST advertise the full set)."""
     caps = (body.get("ucp") or {}).get("capabilities") or {}
     buyer = body.get("buyer")
+    out = dict(body)
+    if isinstance(body.get("fulfillment"), Mapping):
+        out["fulfillment"] = fulfillment(body["fulfillment"])
     if _CONSENT_CAPABILITY not in caps:
         if isinstance(buyer, Mapping) and "consent" in buyer:  # not negotiated: not this caller's field
-            out = dict(body)
             out["buyer"] = {k: v for k, v in buyer.items() if k != "consent"}
             if not out["buyer"]:
                 del out["buyer"]
-            return out
-        return dict(body)
-    out = dict(body)
+        return out
     out["buyer"] = dict(buyer or {}, consent=consent_purposes((buyer or {}).get("consent")))
     return out
 
@@ -127,13 +193,18 @@ def _consent_booleans(consent: Any, path: str) -> dict[str, bool]:
 
 
 def checkout_request(data: Mapping[str, Any], pv: ProtocolVersion) -> dict[str, Any]:
-    """A 2026-08-25 checkout create/update body in the neutral shape (consent purposes -> booleans).
-    Raises: BadRequest (400 ``invalid_request``) naming the path of a malformed decision."""
+    """A 2026-08-25 checkout create/update body in the neutral shape (consent purposes -> booleans,
+    destination types dropped). Raises: BadRequest (400 ``invalid_request``) naming the path of a
+    malformed consent decision."""
     buyer = data.get("buyer")
-    if not isinstance(buyer, Mapping) or "consent" not in buyer:
+    has_consent = isinstance(buyer, Mapping) and "consent" in buyer
+    if not has_consent and "fulfillment" not in data:
         return data  # type: ignore[return-value]
     out = dict(data)
-    out["buyer"] = dict(buyer, consent=_consent_booleans(buyer["consent"], "$.buyer.consent"))
+    if has_consent:
+        out["buyer"] = dict(buyer, consent=_consent_booleans(buyer["consent"], "$.buyer.consent"))  # type: ignore[arg-type]
+    if "fulfillment" in data:
+        out["fulfillment"] = _fulfillment_request(data["fulfillment"])
     return out
 
 
