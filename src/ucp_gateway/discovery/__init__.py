@@ -6,7 +6,7 @@ Public surface::
     parse_ucp_agent(header) -> AgentHeader            # RFC 8941, 400 invalid_profile_url
     check_version / intersect_capabilities / prune_extensions / negotiate   # pure
     ProfileFetcher(settings, clock=, resolver=)       # .get_profile(url), .resolve(url, kid, force_refresh=)
-    negotiate_request(header=, fetcher=, pool=, company=, business_profile=, operation=)
+    negotiate_request(header=, fetcher=, pool=, company=, business_profiles=, operation=)
     partners: add_partner / list_partners / remove_partner / role_for_agent / set_policy
     web.setup(app)                                    # routes, app[PROFILE_FETCHER] (= KEY_RESOLVER),
                                                       # trust middleware -> request[trust.REQ_AGENT_ROLE]
