@@ -139,6 +139,11 @@ _ACCESS_OPERATION = {"order": "orders", "dev.ucp.shopping.catalog.search": "cata
                      "dev.ucp.shopping.catalog.lookup": "catalog"}  # fmt: skip
 
 
+def _kind(verb: str) -> str:
+    """The wire-shape kind (``ucp_gateway.versions``) of a verb's responses."""
+    return {"checkout": "checkout", "orders": "order", "catalog": "catalog", "cart": "cart"}[verb.split(".")[0]]
+
+
 def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], description: str, *,
           keyed: bool = False, sign: bool = False, body: Callable[[Mapping[str, Any]], Any] | None = None,
           ) -> McpTool:  # fmt: skip
@@ -177,7 +182,7 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
             return json.loads(raw)
 
         async def once(conn: asyncpg.Connection) -> Stored:
-            out = service.wire(await op(conn, ctx, args), ctx, "order" if operation == "order" else "checkout")
+            out = service.wire(await op(conn, ctx, args), ctx, _kind(verb))
             return Stored(out.status, JSON, serialize(out.body))
 
         async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
