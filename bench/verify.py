@@ -14,7 +14,10 @@ Prints, in one run:
   client in another process: the same, with the load client in a separate process (the server
            thread does only server work; the server times a raw verify after each request);
   cost     the same difference measured over HTTP (1/http_signed - 1/http_unsigned; includes
-           client work in the same process, so noisier).
+           client work in the same process, so noisier);
+  proofs   per call of the API key and OAuth bearer proofs (access/proofs.py: one tenant-transaction
+           lookup on the real database each), wall and event-loop CPU, next to their in-process floor
+           (the secret's SHA-256 and a dict lookup).
 Per-call costs are CPU time of the event-loop thread (time.thread_time), so time other processes
 run is not counted (their cache pressure still slows every line alike); requests/s are wall-clock.
 Like real traffic, requests are not one repeated message: every phase cycles through POOL signed
@@ -229,7 +232,7 @@ async def main(seconds: float) -> None:
         )
         configure_logging(settings)
         async with open_database(settings) as db:
-            await create_company(db.pool, slug="shop", display_name="Shop", hostnames=["shop.example"])
+            company = await create_company(db.pool, slug="shop", display_name="Shop", hostnames=["shop.example"])
 
             timer = MiddlewareTimer()
 
@@ -300,6 +303,7 @@ async def main(seconds: float) -> None:
                 ext_mw_signed_us = timer.per_request_us("/checkout-sessions")
                 ext_raw_us = timer.raw_us()
             await runner.cleanup()
+            proofs = await proof_costs(db, company, seconds)
 
     raw_us, core_us = 1e6 / raw, 1e6 / core
     cost_us = 1e6 / signed_rate - 1e6 / unsigned
@@ -324,6 +328,52 @@ async def main(seconds: float) -> None:
         f"{ext_cost / raw_us:.2f}x the hot-loop raw)"
     )
     print(f"same over HTTP (incl. client, noisy): {cost_us:9.1f} us  ({cost_us / raw_us:.2f}x raw verify)")
+    for name, (wall_us, cpu_us, floor_us) in proofs.items():
+        print(f"{name:<35}: {wall_us:9.1f} us wall, {cpu_us:6.1f} us event-loop CPU per call "
+              f"(floor, SHA-256 + dict lookup: {floor_us:.2f} us; {cpu_us / floor_us:.0f}x)")  # fmt: skip
+
+
+async def proof_costs(db, company, seconds: float) -> dict[str, tuple[float, float, float]]:
+    """Per-call cost of the API key and OAuth bearer proofs (access/proofs.py, one tenant-transaction
+    lookup each on the real database) and their in-process floor (the token's SHA-256 + a dict lookup)."""
+    from ucp_gateway.access.credentials import add_credential, secret_hash
+    from ucp_gateway.access.proofs import api_key_proof, bearer_proof
+    from ucp_gateway.appkeys import CLOCK, DATABASE
+    from ucp_gateway.db import tenant_tx
+    from ucp_gateway.discovery.partners import add_partner
+
+    now = SystemClock().now()
+    await add_partner(db.pool, company.id, profile_url=PROFILE, role="buyer")
+    _, key = await add_credential(db.pool, company.id, kind="api-key", profile_url=PROFILE, now=now)
+    client, _ = await add_credential(db.pool, company.id, kind="oauth-client", profile_url=PROFILE, now=now)
+    token = "ucpot_bench" + "x" * 32
+    async with tenant_tx(db.pool, company.id) as conn:
+        await conn.execute(
+            "INSERT INTO oauth_access_tokens (company_id, token_hash, client_id, scope, issued_at, expires_at)"
+            " VALUES ($1, $2, $3, 'ucp', $4, $5)",
+            company.id, secret_hash(token), client.id, now, now + dt.timedelta(days=1),
+        )  # fmt: skip
+
+    class Req:  # what the proofs read of an aiohttp request
+        def __init__(self, headers):
+            self.headers, self.app = CIMultiDict(headers), {DATABASE: db, CLOCK: SystemClock()}
+
+    table = {secret_hash(key): ("ak", PROFILE)}
+    out = {}
+    for name, proof, req in (("API key proof (X-API-Key)", api_key_proof, Req({"X-API-Key": key})),
+                             ("OAuth bearer proof (opaque token)", bearer_proof,
+                              Req({"Authorization": f"Bearer {token}"}))):  # fmt: skip
+        n, w0, c0 = 0, time.perf_counter(), time.thread_time()
+        while time.perf_counter() - w0 < seconds:
+            assert (await proof(req, company)) is not None
+            n += 1
+        wall, cpu = (time.perf_counter() - w0) / n * 1e6, (time.thread_time() - c0) / n * 1e6
+        m, f0 = 0, time.perf_counter()
+        while m < 100_000:
+            table.get(secret_hash(key))
+            m += 1
+        out[name] = (wall, cpu, (time.perf_counter() - f0) / m * 1e6)
+    return out
 
 
 if __name__ == "__main__":
