@@ -6,6 +6,7 @@ settings are no object). Its known sections, their types, and what a reader does
 
     path                             type                                         wrong type on read
     sign_responses                   boolean                                      read as true (sign)
+    platform_listing                 boolean (default true)                       read as false (unlisted)
     verbs.daily_caps                 object: cap class -> 0..2**31-1 | null       capped verb calls refused
     commerce                         object                                       commerce API refused
     commerce.currency                ISO 4217 code (3 upper-case letters)         commerce API refused
@@ -317,6 +318,7 @@ def setting(company: Company, path: str, parse: Callable[[Any, str], T], *, defa
 #: the sections a write checks: the readers' paths and parsers
 KNOWN: tuple[tuple[str, Callable[[Any, str], Any]], ...] = (
     ("sign_responses", boolean),
+    ("platform_listing", boolean),
     ("verbs.daily_caps", daily_caps),
     ("commerce", commerce),
     ("commerce.pages", pages),

@@ -156,6 +156,23 @@ async def test_platform_node_and_paginated_agent_graph(aiohttp_client, database,
         assert bad.status == 400 and (await bad.json())["code"] == "invalid_cursor", junk
 
 
+async def test_a_company_can_opt_out_of_the_platform_listing(aiohttp_client, database, db_settings) -> None:
+    """``settings.platform_listing: false`` keeps a company out of the agent graph (a bad value too:
+    unlisted is the safe reading); its own profile is still served on its host."""
+    from ucp_gateway.db import tenant_tx
+
+    for slug, listing in (("listed", None), ("hidden", False), ("garbled", None)):
+        s = {} if listing is None else {"platform_listing": listing}
+        c = await create_company(database.pool, slug=slug, display_name=slug, hostnames=[f"{slug}.test"], settings=s)
+    async with tenant_tx(database.pool, c.id) as conn:  # an operator's SQL: the write paths refuse it
+        await conn.execute("""UPDATE companies SET settings = '{"platform_listing": "no"}'::jsonb""")
+    client = await aiohttp_client(make_app(database, db_settings))
+    doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test"})).json()
+    graph = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
+    assert [c["slug"] for c in graph["companies"]] == ["listed"]
+    assert (await client.get("/.well-known/ucp", headers={"Host": "hidden.test"})).status == 200
+
+
 async def test_vendor_documents_are_served_and_describe_the_config(client) -> None:
     doc = await (await client.get("/.well-known/ucp", headers={"Host": "shop.test"})).json()
     entry = doc["ucp"]["capabilities"]["com.solidnumber.sales"][0]

@@ -31,6 +31,7 @@ from aiohttp import web
 from multidict import istr
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
+from ..company_settings import boolean, setting
 from ..config import Settings
 from ..db import tenant_tx
 from ..errors import ConfigError, GatewayError
@@ -225,6 +226,9 @@ async def _graph_page(app: web.Application, host: str, after: str | None) -> dic
             public_origin(scheme, c.hostnames[0], port) + "/.well-known/ucp" if c.hostnames else None,
         )
         for c in companies[:size]
+        # a company may opt out of the platform's listing; a bad value fails closed as unlisted (the
+        # operator meant to say something about it, and listing is the disclosure)
+        if setting(c, "platform_listing", boolean, default=True, on_bad=False)
     ]
     pages = _origin(settings, host) + "/ucp/agent-graph"
     next_url = pages + "?cursor=" + quote(encode_cursor(companies[size - 1].slug)) if len(companies) > size else None
