@@ -141,6 +141,7 @@ async def test_admin_rotates_and_marks_a_key_compromised(gateway, browser_for, d
     await browser.click(f"{row} summary")
     await browser.type(f"#phrase-{active[:8]}", compromise_phrase(active))
     await browser.submit(f"{row} button.danger", "/admin/keys?done=compromised")
+    assert "no longer published" in await browser.text()
     await browser.screenshot("staff_keys_compromised")
     assert "COMPROMISED" in (await browser.text(row)).upper()
     await _within_render_ttl(gateway, lambda kids: active not in kids and new in kids)

@@ -48,6 +48,14 @@ _CSRF_FAILED = "The form's security check failed: reload the page."
 StaffHandler = Callable[[web.Request, Company, StaffSession], Awaitable[web.StreamResponse]]
 
 
+_NOTICES = {
+    "rotated": "A new key is pending: it is published now and activates at the time shown.",
+    "compromised": "The key is marked compromised: it is no longer published and never signs again.",
+    "activate": "The key is active: it signs from now on; the previous one verifies only.",
+    "retire": "The key is retired: it is no longer published.",
+}
+
+
 def _now(request: web.Request) -> dt.datetime:
     return (request.app.get(CLOCK) or SystemClock()).now()
 
@@ -216,9 +224,7 @@ async def keys_page(request: web.Request, company: Company, session: StaffSessio
                 "phrase": compromise_phrase(k.kid),
             }
         )
-    notice = {"rotated": "A new key is pending: it is published now and activates at the time shown."}.get(
-        request.query.get("done", ""), (request.query.get("done") and "Done.") or None
-    )
+    notice = _NOTICES.get(request.query.get("done", ""), (request.query.get("done") and "Done.") or None)
     return page(
         "admin_keys.html",
         site=_site(company),
