@@ -156,6 +156,20 @@ async def _seed(pool, company_id, tag: str) -> None:
                 "0" * 64,
                 ended,
             )
+        # the SLO view's per-minute counts go SLO_KEEP + margin after their minute
+        for key, minute in (
+            ("expired", ago(MARGIN + retention.SLO_KEEP + 120)),
+            ("in-margin", ago(MARGIN + retention.SLO_KEEP - 120)),
+            ("live", NOW),
+        ):
+            await conn.execute(
+                "INSERT INTO request_slo_minutes (company_id, minute, operation, requests, errors, buckets)"
+                " VALUES ($1, date_trunc('minute', $2::timestamptz), $3, 1, 0, $4)",
+                company_id,
+                minute,
+                f"{tag}-{key}".replace("-", "_"),
+                [1] + [0] * 14,
+            )
         # a spent nonce may be replayed until it expires: used_at + the longest nonce life
         for key, used in (
             ("expired", ago(MARGIN + retention.NONCE_TTL_MAX + 1)),
@@ -187,6 +201,9 @@ async def _keys(pool, company_id) -> dict[str, set[str]]:
                 for r in await conn.fetch("SELECT expires_at FROM staff_sessions")
             },
             "checkout_page_tokens": {r[0] for r in await conn.fetch("SELECT checkout_id FROM checkout_page_tokens")},
+            "request_slo_minutes": {
+                r[0].replace("_", "-") for r in await conn.fetch("SELECT operation FROM request_slo_minutes")
+            },
             "checkout_confirmations": {
                 r[0] for r in await conn.fetch("SELECT checkout_id FROM checkout_confirmations")
             },

@@ -61,6 +61,8 @@ USAGE_KEEP = 2 * 86400
 #: longer queued (delivered, or given up) are kept, seconds: 30 days for support and disputes; they
 #: hold buyer data (email, addresses) and nothing reads them once the API answers not_found.
 COMMERCE_KEEP = 30 * 86400
+#: How long the per-minute SLO counts are kept, seconds: the SLO view's longest window (commerce.slo).
+SLO_KEEP = 31 * 86400
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,8 @@ RULES: tuple[Rule, ...] = (
     Rule("verb_principal_usage", "day", USAGE_KEEP, by_day=True),
     # an expired checkout reads as canceled until it goes; one that became an order stays with it
     Rule("checkout_sessions", "expires_at", COMMERCE_KEEP, where="order_id IS NULL"),
+    # the SLO view reads at most SLO_KEEP back (migration 0088)
+    Rule("request_slo_minutes", "minute", SLO_KEEP),
     # a buyer's confirmation counts while its checkout is open (at most checkout_ttl)
     Rule("checkout_confirmations", "confirmed_at", COMMERCE_KEEP),
     # an event still queued may be retried: only a delivered or abandoned one goes

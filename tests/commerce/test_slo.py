@@ -47,7 +47,7 @@ def test_evaluate_against_the_targets():
 
 def test_since_is_a_bounded_duration():
     assert parse_since("90m").total_seconds() == 5400
-    for bad in ("", "1", "0h", "1w", "-1h", "401d"):
+    for bad in ("", "1", "0h", "1w", "-1h", "32d"):
         with pytest.raises(BadRequest):
             parse_since(bad)
 

@@ -42,10 +42,10 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_since(text: str) -> timedelta:
-    """``30m``, ``1h``, ``7d`` -> timedelta (at most 400 days). Raises BadRequest."""
+    """``30m``, ``1h``, ``7d`` -> timedelta (at most 31 days: what retention keeps). Raises BadRequest."""
     m = _SINCE.fullmatch(text.strip())
-    if not m or int(m.group(1)) == 0 or int(m.group(1)) * _UNIT[m.group(2)] > 400 * 86400:
-        raise BadRequest("since must be a duration such as 30m, 1h or 7d (at most 400 days)")
+    if not m or int(m.group(1)) == 0 or int(m.group(1)) * _UNIT[m.group(2)] > 31 * 86400:
+        raise BadRequest("since must be a duration such as 30m, 1h or 7d (at most 31 days)")
     return timedelta(seconds=int(m.group(1)) * _UNIT[m.group(2)])
 
 
