@@ -55,6 +55,7 @@ from ..verbs.web import VERBS
 from . import jsonrpc
 from .jsonrpc import INVALID_PARAMS, Request, RpcError
 from .mcp_listing import discover_result, filter_ucp_tools
+from .mcp_modern import MODERN_VERSIONS, check_modern, stamp_result
 from .mcp_tools import call_result, split_control, verb_tools
 from .names import from_tool_name
 
@@ -196,7 +197,8 @@ class _Handlers:
         }
 
     async def discover(self, req: Request) -> dict[str, Any]:
-        return discover_result(supported=PROTOCOL_VERSIONS, server_version=__version__, instructions=_INSTRUCTIONS,
+        return discover_result(supported=(*MODERN_VERSIONS, *PROTOCOL_VERSIONS), server_version=__version__,
+                               instructions=_INSTRUCTIONS,
                                capabilities={"tools": {"listChanged": False}})  # fmt: skip
 
     async def ping(self, req: Request) -> dict[str, Any]:
@@ -319,9 +321,10 @@ async def mcp_post(request: web.Request) -> web.Response:
         err = RpcError(jsonrpc.UCP_PROTOCOL_ERROR, "Origin not allowed", {"code": "forbidden"}, http_status=403)
         return json_response(jsonrpc.error_response(_request_id(await request.read()), err), status=403)
     version = request.headers.get("MCP-Protocol-Version")
-    if version is not None and version not in PROTOCOL_VERSIONS:
+    if version is not None and version not in PROTOCOL_VERSIONS and version not in MODERN_VERSIONS:
         err = RpcError(UNSUPPORTED_PROTOCOL_VERSION, f"unsupported MCP-Protocol-Version {version[:40]!r}",
-                       {"supported": list(PROTOCOL_VERSIONS), "requested": version[:40]}, http_status=400)  # fmt: skip
+                       {"supported": [*PROTOCOL_VERSIONS, *MODERN_VERSIONS], "requested": version[:40]},
+                       http_status=400)  # fmt: skip
         return json_response(jsonrpc.error_response(_request_id(await request.read()), err), status=400)
     company = request.get(REQ_COMPANY)
     if company is None:
@@ -333,6 +336,17 @@ async def mcp_post(request: web.Request) -> web.Response:
         err = RpcError(jsonrpc.INVALID_REQUEST, problem, {"code": "unsupported_media_type"}, http_status=415)
         return json_response(jsonrpc.error_response(_request_id(body), err), status=415)
     handlers = _Handlers(request, company, principal)
+    if version in MODERN_VERSIONS:  # stateless revision: headers and _meta on every request, stamped results
+        try:
+            message = loads_strict(body)
+        except InvalidJson:
+            message = None
+        err = check_modern(request.headers, message, version)
+        if err is not None:
+            return json_response(jsonrpc.error_response(_request_id(body), err), status=err.http_status)
+        outcome = await jsonrpc.handle_payload(body, handlers.methods(), allow_batch=False)
+        method = message.get("method") if isinstance(message, dict) else None
+        return _rpc_response(jsonrpc.Outcome(stamp_result(method, outcome.body), outcome.http_status))
     return _rpc_response(
         await jsonrpc.handle_payload(body, handlers.methods(), allow_batch=jsonrpc.batch_allowed(version))
     )
