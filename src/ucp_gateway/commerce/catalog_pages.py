@@ -30,7 +30,7 @@ from ..tenancy import Company
 from . import catalog_store
 from .catalog_api import render_product
 from .catalog_store import SearchQuery
-from .context import _business_profile, _origin, build_context, company_of
+from .context import _origin, build_context, company_of
 from .service import _price
 
 __all__ = ["home_page", "llms_txt", "setup_catalog_pages"]
@@ -159,7 +159,9 @@ def llms_txt(site: str, origin: str, profile: dict[str, Any], rows: list[dict[st
 
 async def _llms(request: web.Request, company: Company) -> web.Response:
     origin = _origin_of(request)
-    profile = await _business_profile(request.app, company, origin)
+    from ..discovery.web import company_profile_document  # the root version's document
+
+    profile = await company_profile_document(request.app, company, origin)
     async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
         rows = await catalog_store.search_rows(conn, SearchQuery(text=None, sort="title", limit=100))
         total = await conn.fetchval("SELECT count(*) FROM catalog_products WHERE min_price IS NOT NULL")
