@@ -75,11 +75,14 @@ async def _binding(client, transport: str):
     return (Rest if transport == "rest" else Mcp)(client, endpoint)
 
 
+@pytest.mark.parametrize("version", ["2026-08-25", "2026-04-08"])
 @pytest.mark.parametrize("transport", ["rest", "mcp"])
-async def test_agent_searches_looks_up_carts_and_checks_out(client, transport):
+async def test_agent_searches_looks_up_carts_and_checks_out(client, platform, transport, version):
+    platform.version = version  # the protocol version the agent's profile speaks
     shop = await _binding(client, transport)
     status, found = await shop.call("search_catalog", {"query": "red roses", "pagination": {"limit": 5}})
     assert status == 200, found
+    assert found["ucp"]["version"] == version
     SearchResponse.model_validate(found)
     product = next(p for p in found["products"] if p["title"] == "Bouquet of Red Roses")
     status, looked = await shop.call("lookup_catalog", {"ids": [product["id"]]})
@@ -107,6 +110,7 @@ async def test_agent_searches_looks_up_carts_and_checks_out(client, transport):
     assert same["id"] == co["id"]  # the open checkout of the cart, not a second one
     status, done = await shop.call("complete_checkout", pay(), id_=co["id"])
     assert status == 200 and done["status"] == "completed", done
+    assert {cart["ucp"]["version"], co["ucp"]["version"], done["ucp"]["version"]} == {version}
     status, fresh = await shop.call("create_checkout", {"cart_id": cart["id"], "fulfillment": SHIP_US})
     assert status == 201 and fresh["id"] != co["id"]  # the completed one is no longer the cart's open checkout
     # cancel answers the state before deletion; afterwards not_found
