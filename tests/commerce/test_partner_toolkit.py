@@ -37,17 +37,19 @@ async def shop(aiohttp_client, database, db_settings, company):
     return await started(aiohttp_client, make_app(database, db_settings, public_scheme="http"), database, company)
 
 
-@pytest.fixture
-async def agent(tmp_path):
-    """A partner's agent: a key made by ``keys generate-agent`` and its profile on 127.0.0.1."""
+@pytest.fixture(params=[("ES256", "2026-04-08"), ("EdDSA", "2026-08-25")], ids=["es256-0408", "ed25519-0825"])
+async def agent(tmp_path, request):
+    """A partner's agent: a key made by ``keys generate-agent`` and its profile on 127.0.0.1, once
+    as an ES256 platform of 2026-04-08 and once as an Ed25519 platform of the 2026-08-25 root."""
+    alg, version = request.param
     platform = await Platform().start()
     url = f"{platform.base}/profile/a.json"
     p = await cli("keys", "generate-agent", "--profile-url", url, "--out", str(tmp_path), "--json",
-                  "--version", "2026-04-08")  # fmt: skip
+                  "--alg", alg, "--version", version)  # fmt: skip
     assert p.returncode == 0, p.stderr
     made = json.loads(p.stdout)
     platform.raw_document = json.loads(Path(made["profile_file"]).read_text())
-    platform.key_file, platform.profile_url = made["key_file"], url
+    platform.key_file, platform.profile_url, platform.version = made["key_file"], url, version
     yield platform
     await platform.runner.cleanup()
 
@@ -90,6 +92,7 @@ async def test_sign_send_creates_a_checkout_and_verifies_the_answer(shop, agent,
     assert p.returncode == 0, p.stderr + p.stdout
     out = json.loads(p.stdout)
     assert out["status"] == 201 and out["body"]["status"] in ("incomplete", "ready_for_complete"), out
+    assert out["body"]["ucp"]["version"] == agent.version  # answered in the platform's own version
     assert out["response_signature"]["verdict"]["ok"], out["response_signature"]
     assert out["response_signature"]["verdict"]["kid"] in out["headers"]["Signature-Input"]
 

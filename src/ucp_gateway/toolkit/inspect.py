@@ -15,17 +15,12 @@ Pure: keys come in as JWKs, the time as ``now`` (UTC). RFC 9421 §3.2 (verifying
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric import ed25519
-from http_message_signatures import algorithms
-
 from ..errors import GatewayError
-from ..httpsig.errors import AlgorithmUnsupported, KeyNotFound, SignatureInvalid, SignatureMissing
+from ..httpsig.errors import KeyNotFound, SignatureInvalid, SignatureMissing
 from ..httpsig.jwkalg import algorithm_instance, looks_der_encoded
 from ..httpsig.policy import SignaturePolicy, check_freshness, missing_components
 from ..httpsig.rfc9421 import RequestView, ResponseView, parse_signatures, signature_base, verify_signature
@@ -42,20 +37,6 @@ def required_for(view: RequestView | ResponseView) -> list[str]:
     if isinstance(view, ResponseView):
         return ["@status", "content-digest", "content-type"] if view.body else ["@status"]
     return list(WEBHOOK_COMPONENTS)
-
-
-def _algorithm(jwk: dict[str, Any]) -> Any:
-    """The library algorithm bound to ``jwk``: the gateway's own choice for EC keys
-    (:func:`..httpsig.jwkalg.algorithm_instance`), and Ed25519 (RFC 9421 §3.3.6, RFC 8037 OKP JWK)
-    for the plain RFC 9421 messages a partner checks (its test vectors use it). Raises
-    AlgorithmUnsupported."""
-    if jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519":
-        try:
-            raw = base64.urlsafe_b64decode(str(jwk.get("x", "")) + "==")
-            return algorithms.ED25519(public_key=ed25519.Ed25519PublicKey.from_public_bytes(raw))
-        except (ValueError, binascii.Error):
-            raise AlgorithmUnsupported("the Ed25519 key is not 32 bytes of base64url") from None
-    return algorithm_instance(jwk)
 
 
 def _digest_report(view: Any) -> dict[str, Any]:
@@ -87,7 +68,7 @@ def _check_one(
             raise SignatureInvalid("signature does not cover required components: " + " ".join(missing))
     if view.body or "content-digest" in {c.strip('"') for c in sig.components}:
         check_content_digest(view.headers.get("Content-Digest"), view.body)
-    verify_signature(view, sig, _algorithm(jwk))
+    verify_signature(view, sig, algorithm_instance(jwk))
 
 
 def inspect_message(
