@@ -24,7 +24,7 @@ from .rfc9421 import (
 from .rfc9530 import ALGORITHMS, compare_content_digest, content_digest
 from .verify import profile_url_of, request_requirements, verify_request
 
-__all__ = ["debug_signature", "parse_http_message"]
+__all__ = ["debug_signature", "describe_signature", "parse_http_message"]
 
 
 def parse_http_message(raw: bytes, *, scheme: str = "https", request: RequestView | None = None) -> Any:
@@ -72,6 +72,28 @@ def parse_http_message(raw: bytes, *, scheme: str = "https", request: RequestVie
     return RequestView(method, url, headers, body, target)
 
 
+def describe_signature(view: Any, sig: Any, now: dt.datetime) -> dict[str, Any]:
+    """What one parsed signature of ``view`` says, as JSON: label, components, params, the
+    signature's length, whether it looks DER-encoded (RFC 9421 §3.3.4 wants raw r||s), the clock
+    skew of ``created`` (seconds, now minus created) and the exact RFC 9421 §2.5 signature base,
+    or the library's reason it cannot be built. Pure; raises nothing."""
+    entry: dict[str, Any] = {
+        "label": sig.label,
+        "components": list(sig.components),
+        "params": dict(sig.params),
+        "signature_length": len(sig.signature),
+        "looks_der_encoded": looks_der_encoded(sig.signature),
+    }
+    created = sig.params.get("created")
+    if isinstance(created, int):
+        entry["clock_skew_seconds"] = int(now.timestamp()) - created
+    try:
+        entry["signature_base"] = signature_base(view, sig).decode("ascii")
+    except Exception as exc:  # report the library's reason as text
+        entry["signature_base_error"] = str(exc) or exc.__class__.__name__
+    return entry
+
+
 async def debug_signature(
     raw: bytes,
     *,
@@ -116,21 +138,8 @@ async def debug_signature(
         except GatewayError as exc:
             sigs, rep["parse_error"] = [], exc.message
         for s in sigs:
-            entry: dict[str, Any] = {
-                "label": s.label,
-                "components": list(s.components),
-                "params": {k: v for k, v in s.params.items()},
-                "missing_components": missing_components(s.components, required),
-                "signature_length": len(s.signature),
-                "looks_der_encoded": looks_der_encoded(s.signature),
-            }
-            created = s.params.get("created")
-            if isinstance(created, int):
-                entry["clock_skew_seconds"] = int(now.timestamp()) - created
-            try:
-                entry["signature_base"] = signature_base(view, s).decode("ascii")
-            except Exception as exc:  # report the library's reason as text
-                entry["signature_base_error"] = str(exc) or exc.__class__.__name__
+            entry = describe_signature(view, s, now)
+            entry["missing_components"] = missing_components(s.components, required)
             if rep.get("profile_url") and s.keyid:
                 try:
                     jwk = await resolver.resolve(rep["profile_url"], s.keyid)

@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import GatewayError
+from ..httpsig.debug import describe_signature
 from ..httpsig.errors import KeyNotFound, SignatureInvalid, SignatureMissing
-from ..httpsig.jwkalg import algorithm_instance, looks_der_encoded
+from ..httpsig.jwkalg import algorithm_instance
 from ..httpsig.policy import SignaturePolicy, check_freshness, missing_components
-from ..httpsig.rfc9421 import RequestView, ResponseView, parse_signatures, signature_base, verify_signature
+from ..httpsig.rfc9421 import RequestView, ResponseView, parse_signatures, verify_signature
 from ..httpsig.rfc9530 import ALGORITHMS, check_content_digest, compare_content_digest, content_digest
 from ..httpsig.signing import WEBHOOK_COMPONENTS
 
@@ -108,20 +109,7 @@ def inspect_message(
     first: GatewayError | None = None
     ok: dict[str, Any] | None = None
     for sig in sigs:
-        entry: dict[str, Any] = {
-            "label": sig.label,
-            "components": list(sig.components),
-            "params": dict(sig.params),
-            "signature_length": len(sig.signature),
-            "looks_der_encoded": looks_der_encoded(sig.signature),
-        }
-        created = sig.params.get("created")
-        if isinstance(created, int):
-            entry["clock_skew_seconds"] = int(now.timestamp()) - created
-        try:
-            entry["signature_base"] = signature_base(view, sig).decode("ascii")
-        except Exception as exc:  # the library's reason, as text (RFC 9421 §2.5 errors)
-            entry["signature_base_error"] = str(exc) or exc.__class__.__name__
+        entry = describe_signature(view, sig, now)
         try:
             _check_one(view, sig, jwks, required, policy, now, entry)
             entry["valid"] = True
