@@ -9,7 +9,12 @@ Lifecycle:
   directory. pgserver counts the processes holding a handle in ``pg/.handle_pids.json`` and the
   last one to let go stops the server; a process that died without letting go (``kill -9``) stays
   counted for ever, so later clean stops left the server running. Dead processes are therefore
-  dropped from that list before attaching (:func:`prune_dead_handles`).
+  dropped from that list before attaching (:func:`prune_dead_handles`). A pid can be reused by
+  another process, so the list alone cannot tell a holder from a stranger: each holder also
+  records its process start time in ``pg/.handle_starts.json``, and a listed pid whose process
+  started at another time is dropped too. Likewise ``postmaster.pid`` counts only while its pid is
+  a ``postgres`` process of this data directory (:func:`postmaster_running`); a stale one is removed
+  before a start (PostgreSQL would refuse to start over a live pid, pgserver would attach to it).
 - :func:`supervise_embedded` (run by the process that started the server, for as long as it
   serves) checks the server every ``CHECK_INTERVAL`` seconds and starts it again when it died,
   with exponential backoff between failed attempts (a full disk, shared memory still held by a dying
@@ -37,6 +42,7 @@ __all__ = [
     "CHECK_INTERVAL",
     "RESTART_BACKOFF_MAX",
     "embedded_alive",
+    "postmaster_running",
     "prune_dead_handles",
     "restart_delay",
     "start_embedded",
@@ -60,29 +66,91 @@ def _check_writable(data_dir: Path) -> None:
         raise ConfigError(f"data dir {data_dir} is not writable: {exc.strerror or exc}") from None
 
 
-def _running(pid: int) -> bool:
+def _started(pid: int) -> float | None:
+    """When process ``pid`` started (psutil's ``create_time``, seconds since the epoch), or None
+    when no such process runs (a zombie counts as gone)."""
     import psutil
 
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        proc = psutil.Process(pid)
+        return None if proc.status() == psutil.STATUS_ZOMBIE else proc.create_time()
     except psutil.Error:
-        return False
+        return None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+_STARTS = ".handle_starts.json"  # {pid: start time} of the handle holders (module doc)
 
 
 def prune_dead_handles(pgdata: Path) -> list[int]:
-    """Drop processes that no longer run from pgserver's handle list of ``pgdata`` (its
-    ``.handle_pids.json``; call it under pgserver's lock). Returns the pids dropped."""
+    """Drop from pgserver's handle list of ``pgdata`` (its ``.handle_pids.json``; call it under
+    pgserver's lock) every pid whose process no longer runs, or runs but started at another time
+    than the holder recorded (the pid was reused). A pid without a record (a holder that is not
+    this gateway) is kept while it runs. Returns the pids dropped."""
     path = pgdata / ".handle_pids.json"
-    try:
-        pids = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
+    pids = _read_json(path)
     if not isinstance(pids, list):
         return []
-    live = [p for p in pids if isinstance(p, int) and _running(p)]
+    starts = _read_json(pgdata / _STARTS)
+    starts = starts if isinstance(starts, dict) else {}
+    live = []
+    for pid in pids:
+        started = _started(pid) if isinstance(pid, int) else None
+        recorded = starts.get(str(pid))
+        if started is not None and (not isinstance(recorded, (int, float)) or abs(started - recorded) < 0.01):
+            live.append(pid)
     if len(live) != len(pids):
         path.write_text(json.dumps(live))
+    kept = {k: v for k, v in starts.items() if k in {str(p) for p in live}}
+    if kept != starts:
+        (pgdata / _STARTS).write_text(json.dumps(kept))
     return [p for p in pids if p not in live]
+
+
+def _record_holder(pgdata: Path) -> None:
+    """Record this process's start time beside its handle (call it under pgserver's lock)."""
+    starts = _read_json(pgdata / _STARTS)
+    starts = starts if isinstance(starts, dict) else {}
+    starts[str(os.getpid())] = _started(os.getpid())
+    (pgdata / _STARTS).write_text(json.dumps(starts))
+
+
+def postmaster_running(pid: int | None, pgdata: Path) -> bool:
+    """True when ``pid`` is a running (not zombie) ``postgres`` process started on ``pgdata``
+    (``postgres -D <pgdata>``, as pg_ctl starts it): not merely some process that reuses the pid
+    of a dead postmaster."""
+    import psutil
+
+    if pid is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        cmdline = proc.cmdline()
+    except psutil.Error:
+        return False
+    return bool(cmdline) and Path(cmdline[0]).name == "postgres" and str(pgdata) in cmdline[1:]
+
+
+def _clear_stale_postmaster(pgdata: Path) -> None:
+    """Remove ``postmaster.pid`` when its pid is not this data directory's postmaster (call it under
+    pgserver's lock, before a start)."""
+    path = pgdata / "postmaster.pid"
+    try:
+        first = path.read_text().split("\n", 1)[0].strip()
+    except OSError:
+        return
+    pid = int(first) if first.isdigit() else None
+    if not postmaster_running(pid, pgdata):
+        path.unlink(missing_ok=True)
+        _log.info("embedded_postgres_stale_pid_file", pid=pid)
 
 
 def _start(data_dir: Path) -> Any:
@@ -96,9 +164,13 @@ def _start(data_dir: Path) -> Any:
     try:
         with pgserver.PostgresServer._lock:
             dropped = prune_dead_handles(pgdata)
+            _clear_stale_postmaster(pgdata)
         if dropped:
             _log.info("embedded_postgres_stale_handles", pids=dropped)
-        return pgserver.get_server(str(pgdata), cleanup_mode="stop")
+        server = pgserver.get_server(str(pgdata), cleanup_mode="stop")
+        with pgserver.PostgresServer._lock:
+            _record_holder(pgdata)
+        return server
     except Exception as exc:  # pgserver raises CalledProcessError/TimeoutExpired/AssertionError
         log = data_dir / "pg" / "log"
         tail = log.read_text(errors="replace")[-400:] if log.exists() else ""
@@ -115,15 +187,30 @@ async def start_embedded(data_dir: Path) -> tuple[Any, str]:
     return server, server.get_uri()
 
 
+def _stop(server: Any) -> None:
+    from pgserver.utils import PostmasterInfo
+
+    # pgserver signals the pid it last saw: read the pid file again, and forget it unless it names
+    # this data directory's postmaster, so a stop never signals a process that reused a dead one's pid
+    pgdata = Path(server.pgdata)
+    try:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+    except (OSError, ValueError, AssertionError):  # a torn or foreign file: nothing of ours to stop
+        info = None
+    server._postmaster_info = info if info is not None and postmaster_running(info.pid, pgdata) else None
+    server.cleanup()
+
+
 async def stop_embedded(server: Any) -> None:
     """Stop the embedded server if this process holds the last handle (pgserver's handle counting)."""
-    await asyncio.to_thread(server.cleanup)
+    await asyncio.to_thread(_stop, server)
 
 
 def embedded_alive(server: Any) -> bool:
-    """True while the handle's postmaster process runs (not a zombie)."""
+    """True while the handle's postmaster runs (:func:`postmaster_running`: its pid is a postgres
+    process of the handle's data directory, not a zombie nor another process on a reused pid)."""
     info = getattr(server, "_postmaster_info", None)
-    return info is not None and info.pid is not None and _running(info.pid)
+    return info is not None and postmaster_running(info.pid, Path(server.pgdata))
 
 
 def restart_delay(failures: int) -> float:
@@ -139,6 +226,7 @@ class _NotYetGone(Exception):
 
 def _restart(server: Any) -> None:
     with server._lock:  # pgserver's inter-process lock: one process (re)starts a data directory at a time
+        _clear_stale_postmaster(Path(server.pgdata))
         server.ensure_postgres_running()
     if not embedded_alive(server):
         raise _NotYetGone
