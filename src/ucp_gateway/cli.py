@@ -12,11 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -24,6 +22,7 @@ from pydantic import ValidationError
 from pydantic_settings.exceptions import SettingsError
 
 from . import __version__
+from .clibase import common_parser, emit
 from .config import Settings
 from .db import open_database
 from .db.database import owner_connect
@@ -31,7 +30,7 @@ from .db.migrate import apply_migrations
 from .errors import ConfigError, GatewayError
 from .logs import configure_logging
 
-__all__ = ["COMMAND_MODULES", "build_parser", "common_parser", "emit", "main"]
+__all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
 # Modules with a ``register(subparsers)`` function; each adds its own commands.
 COMMAND_MODULES: list[str] = [
@@ -46,22 +45,6 @@ COMMAND_MODULES: list[str] = [
     "ucp_gateway.commerce.webhook_cli",  # webhooks status|dead|retry
     "ucp_gateway.toolkit.cli",  # sign, verify, keys generate-agent (after keys: it extends that command)
 ]
-
-
-def common_parser() -> argparse.ArgumentParser:
-    """Options every command accepts (add as ``parents=[common_parser()]``)."""
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--data-dir", type=Path, help="gateway data directory (embedded database, dev keys)")
-    p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
-    return p
-
-
-def emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    """Print ``data`` as JSON when ``--json`` was given, else ``text``."""
-    if getattr(args, "json", False):
-        print(json.dumps(data, indent=2, sort_keys=True, default=str))
-    else:
-        print(text)
 
 
 # --- foundation commands ----------------------------------------------------------------------

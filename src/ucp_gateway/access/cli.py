@@ -11,6 +11,7 @@ import argparse
 import datetime as dt
 from typing import Any
 
+from ..clibase import common_parser, emit
 from ..config import Settings
 from ..db import open_database
 from ..tenancy import get_company
@@ -20,8 +21,6 @@ __all__ = ["cmd_credentials", "register"]
 
 
 async def cmd_credentials(args: argparse.Namespace, settings: Settings) -> int:
-    from ..cli import emit  # late: ucp_gateway.cli imports this module while building its parser
-
     now = dt.datetime.now(dt.UTC)
     async with open_database(settings) as db:
         company = await get_company(db.pool, args.company)
@@ -49,8 +48,6 @@ def _subparsers(parser: argparse.ArgumentParser) -> Any:
 
 def register(sub: Any) -> None:
     """Add ``credentials`` under the ``partners`` command."""
-    from ..cli import common_parser
-
     partners = sub.choices["partners"]
     cred = _subparsers(partners).add_parser("credentials", help="API keys and OAuth clients of partner platforms")
     csub = cred.add_subparsers(dest="credentials_cmd", required=True)

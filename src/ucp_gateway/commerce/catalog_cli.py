@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 import asyncpg
 
+from ..clibase import common_parser, emit
 from ..config import Settings
 from ..db import Database, open_database, tenant_tx
 from ..errors import BadRequest
@@ -111,8 +112,6 @@ async def _analyze(db: Database) -> None:
 
 
 async def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
-    from ..cli import emit
-
     path = Path(args.file)
     try:
         data = await asyncio.to_thread(path.read_bytes)
@@ -172,8 +171,6 @@ async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: Any) -> None:
     """Add ``catalog import`` and ``catalog export`` to the CLI."""
-    from ..cli import common_parser
-
     parser = sub.add_parser("catalog", help="import and export a company's product catalogue")
     csub = parser.add_subparsers(dest="catalog_cmd", required=True)
     imp = csub.add_parser("import", parents=[common_parser()], help="import a product feed (idempotent by SKU)")

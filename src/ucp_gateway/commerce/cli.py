@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..clibase import common_parser, emit
 from ..config import Settings
 from ..db import open_database, tenant_tx
 from ..tenancy import get_company
@@ -55,8 +56,6 @@ def _show_text(view: dict) -> str:
 
 
 async def cmd_orders(args: argparse.Namespace, settings: Settings) -> int:
-    from ..cli import emit
-
     async with open_database(settings) as db:
         company = await get_company(db.pool, args.company)
         async with tenant_tx(db.pool, company.id) as conn:
@@ -71,8 +70,6 @@ async def cmd_orders(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``orders list|show``."""
-    from ..cli import common_parser
-
     orders = sub.add_parser("orders", help="staff view of the company's UCP orders")
     osub = orders.add_subparsers(dest="orders_cmd", required=True)
     p = osub.add_parser("list", help="orders, newest first", parents=[common_parser()])

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from ..appkeys import DATABASE
+from ..clibase import common_parser, emit
 from ..config import Settings
 from ..db import open_database, tenant_tx
 from ..errors import BadRequest
@@ -152,8 +153,6 @@ def _text(report: list[dict[str, Any]], since: str) -> str:
 
 
 async def cmd_slo(args: argparse.Namespace, settings: Settings) -> int:
-    from ..cli import emit
-
     try:
         start = _since(args.since)
     except BadRequest as exc:
@@ -170,8 +169,6 @@ async def cmd_slo(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``slo``."""
-    from ..cli import common_parser
-
     p = sub.add_parser("slo", help="p50/p95 and availability per company and UCP operation", parents=[common_parser()])
     p.add_argument("--since", default="1h", help="window: 30m, 1h, 7d (default 1h)")
     p.add_argument("--company", help="one company (slug or id); default: every company")

@@ -14,6 +14,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from ..clibase import common_parser, emit
 from ..config import Settings
 from ..db import open_database
 from ..errors import BadRequest, NotFound
@@ -25,8 +26,6 @@ __all__ = ["cmd_webhooks", "register"]
 
 async def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
     """Run one ``webhooks`` sub-command. Raises GatewayError on bad input (printed by cli.py)."""
-    from ..cli import emit  # late: ucp_gateway.cli imports this module while building its parser
-
     now = datetime.now(UTC)
     async with open_database(settings) as db:
         if args.webhooks_cmd == "status":
@@ -56,8 +55,6 @@ async def cmd_webhooks(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: Any) -> None:
     """Add the ``webhooks`` command to the CLI's sub-parsers."""
-    from ..cli import common_parser  # --data-dir, --json
-
     parser = sub.add_parser("webhooks", help="order-webhook delivery: queue status, dead letters, retry")
     wsub = parser.add_subparsers(dest="webhooks_cmd", required=True)
     shared = [common_parser()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..clibase import common_parser, emit
 from ..config import Settings
 from ..db import open_database
 from ..tenancy import TIERS, get_company
@@ -26,8 +27,6 @@ def _dev_hosts(settings: Settings) -> frozenset[str]:
 
 
 def _out(args: argparse.Namespace, data: Any, text: str) -> None:
-    from ..cli import emit  # late: ucp_gateway.cli imports this module while building its parser
-
     emit(args, data, text)
 
 
@@ -120,8 +119,6 @@ def register(sub: Any) -> None:
     """Add the ``partners`` and ``blocks`` commands to the CLI's sub-parsers."""
     parser = sub.add_parser("partners", help="known platform profiles of a company (role and tier each)")
     psub = parser.add_subparsers(dest="partners_cmd", required=True)
-
-    from ..cli import common_parser  # --data-dir, --json
 
     shared = [common_parser()]
 

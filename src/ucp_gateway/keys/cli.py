@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import getpass
 
+from ..clibase import common_parser, emit
 from ..clock import SystemClock
 from ..config import Settings
 from ..db import open_database
@@ -35,8 +36,6 @@ def _actor() -> str:
 
 
 def _emit(args: argparse.Namespace, data, text: str) -> None:
-    from ..cli import emit
-
     emit(args, data, text)
 
 
@@ -156,8 +155,6 @@ async def cmd_token_revoke(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``keys ...`` and ``admin-tokens create|list|revoke`` to the ``ucp-gateway`` parser."""
-    from ..cli import common_parser
-
     keys = sub.add_parser("keys", help="per-company signing keys")
     ks = keys.add_subparsers(dest="keys_cmd", required=True)
     for name, help_ in (("list", "list keys"), ("rotate", "start a rotation (new pending key)")):

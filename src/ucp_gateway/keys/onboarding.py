@@ -34,6 +34,7 @@ from typing import Any
 
 import asyncpg
 
+from ..clibase import emit
 from ..config import Settings
 from ..db import open_database, platform_tx, tenant_tx
 from ..errors import BadRequest, ConfigError
@@ -285,7 +286,6 @@ async def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     """``ucp-gateway companies import FILE [--batch N]``: see the module docstring. Exit 0 when every
     row exists afterwards, 1 when some were taken meanwhile (listed). Raises BadRequest (an
     unreadable or invalid file: nothing written), which the CLI prints as an error (exit 1)."""
-    from ..cli import emit
     from .vault import vault_of
     from .web import load_ring
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 
+from ..clibase import common_parser, emit
 from ..config import Settings
 from ..errors import BadRequest, ConfigError
 from ..httpsig.debug import debug_signature, parse_http_message
@@ -157,8 +158,6 @@ def _keys_of(doc: Any) -> dict[str, dict]:
 
 
 async def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
-    from ..cli import emit
-
     raw = _read(args.file)
     if args.jwk:
         keys = _keys_of(_load_json(args.jwk, "key file"))
@@ -200,8 +199,6 @@ async def _profile_keys(url: str) -> dict[str, dict]:
 
 
 async def cmd_sign(args: argparse.Namespace, settings: Settings) -> int:
-    from ..cli import emit
-
     key = _agent_key(args)
     args.url = target_url(args.url)
     body = read_data(args.data, sys.stdin)
@@ -245,8 +242,6 @@ async def cmd_sign(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_generate_agent(args: argparse.Namespace, settings: Settings) -> int:
-    from ..cli import emit
-
     try:
         jwk = generate_agent_jwk(args.alg, args.kid)
     except ValueError as exc:
@@ -264,7 +259,6 @@ async def cmd_generate_agent(args: argparse.Namespace, settings: Settings) -> in
 
 
 async def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
-    from ..cli import emit
     from .doctor import SEVERITY_EXIT, run_doctor
 
     findings = await run_doctor(target_url(args.url), allow_http=args.allow_http, roundtrip_item=args.roundtrip)
@@ -277,8 +271,6 @@ async def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``sign``, ``verify``, ``doctor`` and ``keys generate-agent``."""
-    from ..cli import common_parser
-
     p = sub.add_parser("doctor", help="check a UCP profile and the server behind it", parents=[common_parser()])
     p.add_argument("url", help="a business's /.well-known/ucp, or a platform profile URL")
     p.add_argument("--allow-http", action="store_true", help="an http URL is a warning, not an error (dev)")

@@ -10,6 +10,7 @@ import argparse
 import json
 from typing import Any
 
+from ..clibase import common_parser
 from ..clock import SystemClock
 from ..config import Settings
 from ..db import open_database, tenant_tx
@@ -105,8 +106,6 @@ async def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``verbs``, ``agent`` and ``audit`` commands to the ``ucp-gateway`` parser."""
-    from ..cli import common_parser
-
     common = [common_parser()]  # --data-dir, --json
     verbs = sub.add_parser("verbs", help="the verb registry").add_subparsers(dest="verbs_cmd", required=True)
     p = verbs.add_parser("list", parents=common, help="list verbs (the public manifest)")
