@@ -66,6 +66,17 @@ async def _event(conn, company_id, order_id: str, *, created_at: dt.datetime, de
 async def _seed(pool, company_id, tag: str) -> None:
     """Rows on both sides of each cutoff, keyed by a name saying which side."""
     async with tenant_tx(pool, company_id) as conn:
+        await conn.execute(
+            "INSERT INTO partners (company_id, profile_url, role) VALUES ($1, 'https://p.example/p.json', 'buyer')",
+            company_id,
+        )
+        await conn.execute(
+            "INSERT INTO platform_credentials (company_id, id, kind, profile_url, secret_hash, created_at)"
+            " VALUES ($1, 'oc_00000000000000aa', 'oauth_client', 'https://p.example/p.json', $2, $3)",
+            company_id,
+            "0" * 64,
+            ago(86400),
+        )
         for key, expires in (("expired", ago(MARGIN + 1)), ("in-margin", ago(MARGIN - 60)), ("live", NOW)):
             await conn.execute(
                 "INSERT INTO verb_idempotency (company_id, principal, verb, key, args_digest, envelope, created_at,"
@@ -113,6 +124,15 @@ async def _seed(pool, company_id, tag: str) -> None:
                 company_id,
                 f"{tag}-{key}",
                 "0" * 64,
+                expires,
+            )
+            # an access token is refused once expired, revoked or not (access/proofs.py)
+            await conn.execute(
+                "INSERT INTO oauth_access_tokens (company_id, token_hash, client_id, scope, issued_at, expires_at)"
+                " VALUES ($1, $2, 'oc_00000000000000aa', $3, $4::timestamptz - interval '15 minutes', $4)",
+                company_id,
+                uuid.uuid4().hex * 2,
+                f"{tag}-{key}",
                 expires,
             )
             await conn.execute(
@@ -201,6 +221,7 @@ async def _keys(pool, company_id) -> dict[str, set[str]]:
                 for r in await conn.fetch("SELECT expires_at FROM staff_sessions")
             },
             "checkout_page_tokens": {r[0] for r in await conn.fetch("SELECT checkout_id FROM checkout_page_tokens")},
+            "oauth_access_tokens": {r[0] for r in await conn.fetch("SELECT scope FROM oauth_access_tokens")},
             "request_slo_minutes": {
                 r[0].replace("_", "-") for r in await conn.fetch("SELECT operation FROM request_slo_minutes")
             },

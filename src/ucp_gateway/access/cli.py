@@ -1,7 +1,9 @@
 """``ucp-gateway partners credentials add|list|revoke --company SLUG``: platform credentials.
 
 ``add --kind api-key|oauth-client --profile URL [--label TEXT]`` prints the secret once (the API key,
-or the OAuth client id and secret); ``list`` never shows a secret; ``revoke --id ID`` is final. The
+or the OAuth client id and secret); ``add --kind oauth-client --jwk FILE`` registers a client that
+authenticates with ``private_key_jwt`` (FILE: its public JWK or JWK Set, ``-`` for stdin; no secret
+is made); ``list`` never shows a secret; ``revoke --id ID`` is final. The
 command joins the discovery package's ``partners`` command (registered after it in COMMAND_MODULES).
 """
 
@@ -9,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from ..clibase import common_parser, emit
 from ..config import Settings
 from ..db import open_database
+from ..errors import BadRequest
 from ..tenancy import get_company
 from .credentials import KINDS, add_credential, list_credentials, revoke_credential
 
@@ -25,11 +31,14 @@ async def cmd_credentials(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings) as db:
         company = await get_company(db.pool, args.company)
         if args.credentials_cmd == "add":
+            jwks = _read_jwk(args.jwk) if args.jwk else None
             cred, secret = await add_credential(db.pool, company.id, kind=args.kind, profile_url=args.profile,
-                                                now=now, label=args.label)  # fmt: skip
+                                                now=now, label=args.label, jwks=jwks)  # fmt: skip
             what = "X-API-Key" if cred.kind == "api_key" else f"client_id={cred.id} client_secret"
-            emit(args, {**cred.to_json(), "secret": secret}, f"{cred.id} for {cred.profile_url}\n{what}: {secret}\n"
-                 "(shown once: store it now)")  # fmt: skip
+            text = (f"{cred.id} for {cred.profile_url}\n{what}: {secret}\n(shown once: store it now)" if secret
+                    else f"{cred.id} for {cred.profile_url}\nclient_id={cred.id} (private_key_jwt, "
+                    f"{len(jwks['keys'])} key(s))")  # fmt: skip
+            emit(args, {**cred.to_json(), "secret": secret}, text)
         elif args.credentials_cmd == "list":
             creds = [c for c in await list_credentials(db.pool, company.id)
                      if args.kind is None or c.kind == args.kind.replace("-", "_")]  # fmt: skip
@@ -40,6 +49,18 @@ async def cmd_credentials(args: argparse.Namespace, settings: Settings) -> int:
             cred = await revoke_credential(db.pool, company.id, args.id, now=now)
             emit(args, cred.to_json(), f"revoked {cred.id}")
     return 0
+
+
+def _read_jwk(path: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (``-``: stdin). Raises BadRequest when unreadable or not JSON."""
+    try:
+        raw = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        data = json.loads(raw)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BadRequest(f"--jwk {path}: not a readable JSON file ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise BadRequest(f"--jwk {path}: expected a JWK or a JWK Set object")
+    return data
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> Any:
@@ -62,6 +83,9 @@ def register(sub: Any) -> None:
     add.add_argument("--kind", required=True, choices=KINDS)
     add.add_argument("--profile", required=True, help="the partner's platform profile URL (partners add first)")
     add.add_argument("--label", default=None)
+    add.add_argument("--jwk", metavar="FILE", default=None,
+                     help="oauth-client: its public JWK or JWK Set (ES256, ES384, EdDSA); it authenticates with "
+                     "private_key_jwt and gets no secret ('-': stdin)")  # fmt: skip
     lst = common(csub.add_parser("list", parents=shared, help="list credentials (no secrets)"))
     lst.add_argument("--kind", choices=KINDS, default=None)
     rv = common(csub.add_parser("revoke", parents=shared, help="revoke a credential (final)"))

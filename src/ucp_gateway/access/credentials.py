@@ -20,6 +20,7 @@ import asyncpg
 
 from ..db import tenant_tx
 from ..errors import BadRequest, NotFound
+from .client_jwt import check_jwks
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -68,7 +69,7 @@ class Credential:
             + (["private_key_jwt"] if self.jwks else [])
             if self.kind == "oauth_client"
             else ["x-api-key"],
-        }
+        } | ({"jwks": self.jwks} if self.jwks else {})
 
 
 _COLS = "id, kind, profile_url, label, created_at, revoked_at, secret_hash IS NOT NULL AS has_secret, jwks"
@@ -91,14 +92,20 @@ async def add_credential(
 ) -> tuple[Credential, str | None]:
     """Create an API key or OAuth client for the partner ``profile_url``. Returns ``(credential,
     secret)``: the secret (API key, or client secret) is shown once; an OAuth client given ``jwks``
-    (``private_key_jwt``, RFC 7523 §2.2) gets no secret. Raises BadRequest (unknown kind, no such
-    partner, bad label or jwks)."""
+    (a public JWK or JWK Set, :func:`.client_jwt.check_jwks`) authenticates with ``private_key_jwt``
+    (RFC 7523 §2.2) and gets no secret (None). Raises BadRequest (unknown kind, no such partner, bad
+    label or keys)."""
     if kind not in KINDS:
         raise BadRequest(f"kind must be one of {', '.join(KINDS)}")
     if label is not None and not (1 <= len(label) <= 200):
         raise BadRequest("label must have 1-200 characters")
-    if jwks is not None and (kind != "oauth-client" or not isinstance(jwks.get("keys"), list) or not jwks["keys"]):
-        raise BadRequest("jwks (a JWK Set with keys) is for an oauth-client only")
+    if jwks is not None:
+        if kind != "oauth-client":
+            raise BadRequest("a JWK (private_key_jwt) is for an oauth-client only")
+        try:
+            jwks = check_jwks(jwks)
+        except ValueError as exc:
+            raise BadRequest(f"jwk: {exc}") from None
     prefix, secret_prefix = ("ak_", API_KEY_PREFIX) if kind == "api-key" else ("oc_", CLIENT_SECRET_PREFIX)
     cid = prefix + secrets.token_hex(8)
     secret = None if jwks is not None else secret_prefix + secrets.token_urlsafe(32)

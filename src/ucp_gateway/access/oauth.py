@@ -7,8 +7,9 @@ Routes on a company host (exempt from the signature layer: Google's token calls 
     POST /oauth2/revoke                             RFC 7009
     GET  /.well-known/oauth-authorization-server    RFC 8414 metadata
 
-Client authentication (RFC 6749 §2.3.1): ``client_secret_basic`` (``Authorization: Basic``) or
-``client_secret_post`` (``client_id`` + ``client_secret`` in the body); the body may be form-encoded
+Client authentication (RFC 6749 §2.3.1): ``client_secret_basic`` (``Authorization: Basic``),
+``client_secret_post`` (``client_id`` + ``client_secret`` in the body) or ``private_key_jwt``
+(RFC 7523 §2.2, a client registered with public keys: :mod:`.client_jwt`); the body may be form-encoded
 or JSON (Google's merchant guide offers both). Tokens are opaque (``ucpot_`` + 256 random bits), bound
 to the company and the client, ``oauth_token_ttl`` seconds (default 900), stored as SHA-256 only;
 a revoked token or client is refused at once. Errors are RFC 6749 §5.2 bodies (``invalid_client``
@@ -31,9 +32,11 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
 from ..clock import SystemClock
 from ..db import tenant_tx
+from ..httpsig.replay import remember_on
 from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import json_response
 from ..tenancy import public_origin
+from . import client_jwt
 from .credentials import get_client, secret_hash
 
 __all__ = ["ACCESS_TOKEN_PREFIX", "SCOPES", "TOKEN_PATH", "setup_routes", "token_client"]
@@ -45,6 +48,9 @@ ACCESS_TOKEN_PREFIX = "ucpot_"  # noqa: S105 - a prefix
 #: scopes a platform token may carry (UCP identity-linking names; Google's older one); none asked: "ucp"
 SCOPES = ("ucp", "dev.ucp.shopping.checkout:manage", "dev.ucp.shopping.order:read", "ucp:scopes:checkout_session")
 _MAX_BODY = 16 * 1024
+AUTH_METHODS = ["client_secret_basic", "client_secret_post", "private_key_jwt"]
+#: replay-store keyid prefix of client assertion jtis: ``private_key_jwt:<company id>:<client id>``
+JTI_KEYID = "private_key_jwt:"
 
 
 class OAuthError(Exception):
@@ -106,11 +112,17 @@ def _basic(request: web.Request) -> tuple[str, str] | None:
 
 
 async def token_client(request: web.Request, conn, params: dict[str, str]) -> Any:
-    """Authenticate the client of a token or revocation request (one advertised method per request).
-    Returns its row. Raises OAuthError ``invalid_client`` (401)."""
+    """Authenticate the client of a token or revocation request (one advertised method per request:
+    ``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``, :mod:`.client_jwt`).
+    Returns its row. Raises OAuthError ``invalid_client`` (401), ``invalid_request`` (400) for two
+    methods at once."""
     basic = _basic(request)
     if basic is not None and ("client_secret" in params or "client_assertion" in params):
         raise OAuthError("invalid_request", "use one client authentication method")
+    if "client_assertion" in params or "client_assertion_type" in params:
+        if "client_secret" in params:
+            raise OAuthError("invalid_request", "use one client authentication method")
+        return await _assertion_client(request, conn, params)
     client_id, secret = basic if basic is not None else (params.get("client_id"), params.get("client_secret"))
     if not client_id or secret is None:
         raise OAuthError("invalid_client", "client authentication is required", 401)
@@ -119,6 +131,37 @@ async def token_client(request: web.Request, conn, params: dict[str, str]) -> An
     # constant time; an unknown client costs the same comparison
     if not hmac.compare_digest(expected or "0" * 64, secret_hash(secret)) or expected is None:
         raise OAuthError("invalid_client", "client authentication failed", 401)
+    return row
+
+
+async def _assertion_client(request: web.Request, conn, params: dict[str, str]) -> Any:
+    """``private_key_jwt`` (RFC 7523 §2.2): the client's row once its assertion verified and its
+    ``jti`` was recorded (single-use, in the replay store until ``exp``, in the caller's transaction). Raises OAuthError
+    ``invalid_client`` (401) for any fault of the assertion, ``client_id`` or client."""
+    if params.get("client_assertion_type") != client_jwt.ASSERTION_TYPE:
+        raise OAuthError("invalid_client", f"client_assertion_type must be {client_jwt.ASSERTION_TYPE}", 401)
+    assertion = params.get("client_assertion") or ""
+    try:
+        client_id = client_jwt.client_of(assertion)
+        if params.get("client_id", client_id) != client_id:  # RFC 7521 §4.2: optional, but then the same
+            raise client_jwt.AssertionRefused("client_id is not the assertion's sub")
+        row = await get_client(conn, client_id)
+        if row is None or not row["jwks"]:
+            raise client_jwt.AssertionRefused("no such client with registered keys")
+        issuer = _issuer(request)
+        audiences = {issuer, issuer + "/", issuer + request.path}
+        now = _now(request)
+        verified = client_jwt.verify_assertion(
+            assertion, row["jwks"], client_id=client_id, audiences=audiences, now=int(now.timestamp())
+        )
+    except client_jwt.AssertionRefused as exc:
+        raise OAuthError("invalid_client", str(exc), 401) from None
+    # the replay store's table (a platform table, seen from the tenant transaction), in this
+    # transaction: one connection per request
+    ttl = max(1, verified.exp - int(now.timestamp()) + client_jwt.SKEW)
+    keyid = f"{JTI_KEYID}{request[REQ_COMPANY].id}:{client_id}"
+    if not await remember_on(conn, keyid, verified.jti, now=now, ttl=ttl):
+        raise OAuthError("invalid_client", "the client assertion was already used (jti)", 401)
     return row
 
 
@@ -203,8 +246,10 @@ async def metadata_handler(request: web.Request) -> web.Response:
             "revocation_endpoint": issuer + REVOKE_PATH,
             "grant_types_supported": ["client_credentials"],
             "response_types_supported": [],
-            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
-            "revocation_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            "token_endpoint_auth_methods_supported": AUTH_METHODS,
+            "token_endpoint_auth_signing_alg_values_supported": list(client_jwt.JWS_ALGORITHMS),
+            "revocation_endpoint_auth_methods_supported": AUTH_METHODS,
+            "revocation_endpoint_auth_signing_alg_values_supported": list(client_jwt.JWS_ALGORITHMS),
             "scopes_supported": list(SCOPES),
         },
         headers={"Cache-Control": "public, max-age=300"},

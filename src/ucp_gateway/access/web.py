@@ -5,7 +5,8 @@ Admin routes (``Authorization: Bearer ucpat_...``)::
     GET  /admin/v1/access                           read_only   policy, access table, log-policy counters (7 days)
     PUT  /admin/v1/access/policy                    admin       {"signature_policy": one of the policies}
     GET  /admin/v1/partners/credentials             read_only   API keys and OAuth clients (never a secret)
-    POST /admin/v1/partners/credentials             admin       {"kind", "profile_url", "label"?}: the secret, once
+    POST /admin/v1/partners/credentials             admin       {"kind", "profile_url", "label"?, "jwks"?}: the
+                                                                secret, once (none with jwks: private_key_jwt)
     POST /admin/v1/partners/credentials/{id}/revoke admin       final; an OAuth client's tokens die with it
 
 A policy change reaches every replica within ``host_cache_ttl`` seconds (the host cache), no restart.
@@ -92,7 +93,9 @@ async def credentials_get(request: web.Request, p: StaffPrincipal) -> Any:
 
 @admin_route("admin")
 async def credentials_post(request: web.Request, p: StaffPrincipal) -> Any:
-    """Body ``{"kind": "api-key"|"oauth-client", "profile_url", "label"?}``; the secret is in the answer once."""
+    """Body ``{"kind": "api-key"|"oauth-client", "profile_url", "label"?, "jwks"?}``; the secret is in
+    the answer once (an oauth-client given ``jwks``, a public JWK Set or ``jwk``, uses private_key_jwt
+    and has none)."""
     raw = await request.read()
     require_json_body(request, raw)
     try:
@@ -101,10 +104,13 @@ async def credentials_post(request: web.Request, p: StaffPrincipal) -> Any:
         raise BadRequest(f"body must be JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("profile_url"), str):
         raise BadRequest('body must be {"kind": "api-key"|"oauth-client", "profile_url": "...", "label"?: "..."}')
-    label = data.get("label")
+    label, jwks = data.get("label"), data.get("jwks", data.get("jwk"))
+    if jwks is not None and not isinstance(jwks, dict):
+        raise BadRequest("jwks must be a JWK Set (or jwk a JWK) object")
     cred, secret = await add_credential(
         request.app[DATABASE].pool, p.company_id, kind=str(data.get("kind")), profile_url=data["profile_url"],
         now=(request.app.get(CLOCK) or SystemClock()).now(), label=label if isinstance(label, str) else None,
+        jwks=jwks,
     )  # fmt: skip
     _log.info("platform_credential_added", company_id=str(p.company_id), id=cred.id, actor=p.actor)
     return {**cred.to_json(), "secret": secret}

@@ -14,7 +14,7 @@ import asyncpg
 
 from ..db import platform_tx
 
-__all__ = ["MemoryReplayStore", "PgReplayStore", "ReplayStore"]
+__all__ = ["MemoryReplayStore", "PgReplayStore", "ReplayStore", "remember_on"]
 
 
 class ReplayStore(Protocol):
@@ -47,6 +47,12 @@ RETURNING 1
 """
 
 
+async def remember_on(conn: asyncpg.Connection, keyid: str, nonce: str, *, now: dt.datetime, ttl: int) -> bool:
+    """:meth:`PgReplayStore.remember` on a connection the caller holds (in its transaction, so
+    the record commits or rolls back with the caller's other writes)."""
+    return await conn.fetchval(_REMEMBER, keyid, nonce, now + dt.timedelta(seconds=ttl), now) is not None
+
+
 class PgReplayStore:
     """Shared replay cache. An expired row may be reused; otherwise the insert is refused."""
 
@@ -56,10 +62,10 @@ class PgReplayStore:
 
     async def remember(self, keyid: str, nonce: str, *, now: dt.datetime, ttl: int) -> bool:
         async with platform_tx(self._pool) as conn:
-            fresh = await conn.fetchval(_REMEMBER, keyid, nonce, now + dt.timedelta(seconds=ttl), now)
+            fresh = await remember_on(conn, keyid, nonce, now=now, ttl=ttl)
             if random.random() < self._purge_p:  # amortised cleanup, no extra job needed
                 await conn.execute("DELETE FROM signature_nonces WHERE expires_at <= $1", now)
-        return fresh is not None
+        return fresh
 
     async def purge(self, now: dt.datetime) -> int:
         """Delete expired rows; returns how many."""
