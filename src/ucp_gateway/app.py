@@ -47,8 +47,10 @@ __all__ = ["COMPONENTS", "create_app"]
 # middlewares: later entries run closer to the handler.
 def _httpsig_setup(app: web.Application) -> None:
     from .httpsig import setup
+    from .httpsig.admin_web import add_routes
 
     setup(app)
+    add_routes(app)  # its admin API, here so that httpsig.web need not import keys.web's admin_route
 
 
 def _access_setup(app: web.Application) -> None:
@@ -104,9 +106,9 @@ def _retention_setup(app: web.Application) -> None:
 
 
 COMPONENTS: list[Callable[[web.Application], None]] = [
-    _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/signatures/debug
+    _keys_setup,  # KEK vault, key scheduler, /admin/v1/keys, /admin/v1/admin-tokens
     discovery_setup,  # /.well-known/ucp, agent graph, vendor documents, fetcher, trust middleware
-    _httpsig_setup,  # RFC 9421 verification middleware + response signing
+    _httpsig_setup,  # RFC 9421 verification middleware + response signing, /admin/v1/blocks, /admin/v1/signatures/debug
     _access_setup,  # the other platform proofs, signature policy log counters, /admin/v1/access (docs/access.md)
     verbs_setup,  # /api/v1/agent/verbs, /api/v1/agent/dispatch, app[VERBS] (registry + dispatcher)
     _agent_graph_setup,  # sub-agent capability configs in /.well-known/ucp from the verb registry

@@ -11,6 +11,7 @@ from aiohttp import web
 from ucp_gateway import httpsig
 from ucp_gateway.appkeys import CLOCK, DATABASE, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS
 from ucp_gateway.clock import FrozenClock
+from ucp_gateway.httpsig.admin_web import add_routes
 from ucp_gateway.keys import KekRing
 from ucp_gateway.keys import web as keys_web
 from ucp_gateway.tenancy import create_company
@@ -56,6 +57,7 @@ def make_app(settings, database, clock) -> web.Application:
     app[DATABASE] = database
     app[CLOCK] = clock
     httpsig.setup(app)
+    add_routes(app)  # the admin API of blocks, purges and the signature debugger
     keys_web.setup(app)
     app.router.add_route("*", "/checkout-sessions", echo)
     app.router.add_route("*", "/checkout-sessions/{id}", echo)

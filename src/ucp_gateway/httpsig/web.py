@@ -459,7 +459,4 @@ def setup(app: web.Application) -> None:
                 drop(url)
 
     app[BLOCK_CACHE] = BlockCache(app[SETTINGS].block_cache_ttl, purgers=[purge])
-    from .blocks_web import add_routes  # late: keys.web (admin routes) is heavier than the middleware
-
-    add_routes(app)
     app.cleanup_ctx.append(_httpsig_ctx)

@@ -1,4 +1,4 @@
-"""Admin REST API for keys and signature debugging; wiring of the keys subsystem into the app.
+"""Admin REST API for keys and admin tokens; wiring of the keys subsystem into the app.
 
 Routes (``Authorization: Bearer ucpat_...``; roles read_only < employee < admin < owner)::
 
@@ -7,7 +7,6 @@ Routes (``Authorization: Bearer ucpat_...``; roles read_only < employee < admin 
     POST /admin/v1/keys/{kid}/activate       admin       pending -> active (after publish_min)
     POST /admin/v1/keys/{kid}/retire         admin       rotating/pending -> retired
     POST /admin/v1/keys/{kid}/compromise     owner       unpublish at once, replace if active
-    POST /admin/v1/signatures/debug          admin       body: a raw HTTP request (text)
     GET  /admin/v1/admin-tokens              admin       list staff tokens (never their text)
     POST /admin/v1/admin-tokens              owner       body {"role", "label"?, "expires"?}: a new token, shown once
     POST /admin/v1/admin-tokens/{id}/revoke  owner       (or the token itself) refused everywhere from the next request
@@ -52,7 +51,6 @@ __all__ = ["VAULT", "admin_route", "load_ring", "setup"]
 
 log = logging.getLogger(__name__)
 VAULT = web.AppKey("ucpgw.keys.vault", Vault)
-_MAX_DEBUG = 256 * 1024
 
 Handler = Callable[[web.Request, StaffPrincipal], Awaitable[Any]]
 
@@ -167,31 +165,6 @@ async def compromise_handler(request: web.Request, p: StaffPrincipal) -> Any:
     return {"kid": kid, "state": "compromised", "active_kid": new}
 
 
-@_admin("admin")
-async def debug_handler(request: web.Request, p: StaffPrincipal) -> Any:
-    from ..httpsig.debug import debug_signature
-    from ..httpsig.web import _DEFAULT_RESOLVER, KEY_RESOLVER, policy_from_settings
-
-    raw = await request.read()
-    if not raw or len(raw) > _MAX_DEBUG:
-        raise BadRequest("send the raw HTTP request (at most 256 KiB) as the body")
-    if request.content_type == "application/json":
-        try:
-            raw = loads_strict(raw)["request"].encode("latin-1")
-        except (InvalidJson, ValueError, KeyError, TypeError, AttributeError):
-            raise BadRequest('JSON body must be {"request": "<raw HTTP request>"}') from None
-    resolver = request.app.get(KEY_RESOLVER) or request.app[_DEFAULT_RESOLVER]
-    settings = request.app[SETTINGS]
-    return await debug_signature(
-        raw,
-        resolver=resolver,
-        policy=policy_from_settings(settings),
-        now=_now(request),
-        scheme=settings.public_scheme,
-        cache_age=getattr(resolver, "cache_age", None),
-    )
-
-
 async def _json_object(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     require_json_body(request, raw)
@@ -288,7 +261,6 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/admin/v1/keys/{kid}/activate", _transition_handler("activate"))
     app.router.add_post("/admin/v1/keys/{kid}/retire", _transition_handler("retire"))
     app.router.add_post("/admin/v1/keys/{kid}/compromise", compromise_handler)
-    app.router.add_post("/admin/v1/signatures/debug", debug_handler)
     app.router.add_get("/admin/v1/admin-tokens", tokens_list_handler)
     app.router.add_post("/admin/v1/admin-tokens", tokens_create_handler)
     app.router.add_post("/admin/v1/admin-tokens/{token_id}/revoke", tokens_revoke_handler)
