@@ -165,6 +165,10 @@ def _register_foundation(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, help="serving processes sharing the listening socket (default 1)")
     p.add_argument("--metrics-port", type=int, help="port of the Prometheus listener, GET /metrics (default: none)")
     p.add_argument("--demo", action="store_true", help="seed and serve the flower-shop demo on 127.0.0.1/localhost")
+    p.add_argument("--tls-cert", help="PEM server certificate (chain): terminate TLS here (HTTPS)")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert (if not in that file)")
+    p.add_argument("--client-ca", help="PEM CA of client certificates: request them (optional) for mTLS partners")
+    p.add_argument("--client-crl", help="PEM CRL of --client-ca: revoked client certificates are refused")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("migrate", parents=[common], help="apply database migrations")
@@ -213,7 +217,9 @@ def _settings_error(exc: Exception) -> str:
 
 def _settings_from(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    fields = ("data_dir", "host", "port", "workers", "metrics_port") if args.command == "serve" else ("data_dir",)
+    fields = ("data_dir",)
+    if args.command == "serve":
+        fields += ("host", "port", "workers", "metrics_port", "tls_cert", "tls_key", "client_ca", "client_crl")
     for field in fields:
         value = getattr(args, field, None)
         if value is not None:

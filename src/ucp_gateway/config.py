@@ -91,6 +91,21 @@ class Settings(BaseSettings):
     body_read_timeout: float = Field(default=10.0, gt=0, description="seconds to receive a request body (408 after)")
     demo: bool = False
 
+    # --- TLS and mTLS (ucp_gateway.access.mtls, docs/access.md "mTLS") --------------------------
+    tls_cert: Path | None = Field(default=None, description="PEM certificate (chain): serve HTTPS instead of HTTP.")
+    tls_key: Path | None = Field(default=None, description="PEM private key of tls_cert (if not in that file).")
+    client_ca: Path | None = Field(
+        default=None, description="PEM CA certificate(s) of client certificates (requested, optional: mTLS)."
+    )
+    client_crl: Path | None = Field(default=None, description="PEM CRL of client_ca: revoked client certificates.")
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or CIDR networks whose forwarded client-certificate header is honoured.",
+    )
+    client_cert_header: str = Field(
+        default="Client-Cert", min_length=1, description="The forwarded certificate header (RFC 9440 Client-Cert)."
+    )
+
     # --- metrics (ucp_gateway.metrics, docs/operations.md) ------------------------------------
     metrics_enabled: bool = Field(default=True, description="record Prometheus metrics of every request")
     metrics_host: str = Field(default="127.0.0.1", description="address of the metrics listener")
@@ -147,6 +162,12 @@ class Settings(BaseSettings):
     httpsig_sign_responses: bool = Field(default=False, description="Sign every response on company hosts.")
     oauth_token_ttl: int = Field(
         default=900, ge=60, le=3600, description="Lifetime (s) of the OAuth client-credentials access tokens."
+    )
+    web_bot_auth_max_validity: int = Field(
+        default=600,
+        ge=10,
+        le=86400,
+        description="Longest validity window (s, expires - created) of a Web Bot Auth signature accepted.",
     )
     httpsig_profile_ttl: float = Field(default=300.0, ge=60, description="Platform profile cache TTL (s).")
     httpsig_profile_refresh_floor: float = Field(default=60.0, ge=0, description="Min s between refetches.")
@@ -297,6 +318,15 @@ class Settings(BaseSettings):
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return v.expanduser()
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        for net in v:
+            ipaddress.ip_network(net, strict=False)  # ValueError: pydantic names the field
+        return v
 
     @property
     def db_pool_size(self) -> int:

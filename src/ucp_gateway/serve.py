@@ -32,6 +32,7 @@ import structlog
 from aiohttp import web
 
 from . import metrics
+from .access.mtls import server_ssl_context
 from .app import create_app
 from .commerce.ratelimit import RateLimiter
 from .config import Settings
@@ -246,8 +247,11 @@ async def run_server(
         signals: the signals that set ``stop`` (a worker leaves SIGINT to its supervisor).
         rate_limiter: the app's buyer rate limiter (a worker's counts in the supervisor's shared
             block); None: the app makes its own (``create_app``).
-    Raises: ConfigError (port in use, database problems) before anything is served.
+    TLS: with ``settings.tls_cert`` the socket serves HTTPS, and with ``client_ca`` asks for client
+    certificates (``access.mtls.server_ssl_context``).
+    Raises: ConfigError (port in use, database problems, unusable TLS files) before anything is served.
     """
+    tls = server_ssl_context(settings)  # HTTPS (and mTLS) when the gateway terminates TLS itself
     if sock is None:
         sock = bind_socket(settings.host, settings.port, reuse_port=reuse_port)
     stop = stop or asyncio.Event()
@@ -286,8 +290,9 @@ async def run_server(
         host, port = sock.getsockname()[:2]
         # the asyncio server itself (not an aiohttp site), so that stop_accepting can close it
         # synchronously right after taking the accept queue
-        server = await loop.create_server(runner.server, sock=sock, backlog=BACKLOG)
-        _log.info("listening", url=f"http://{host}:{port}", embedded_db=settings.database_url is None)
+        server = await loop.create_server(runner.server, sock=sock, backlog=BACKLOG, ssl=tls)
+        scheme = "https" if tls is not None else "http"
+        _log.info("listening", url=f"{scheme}://{host}:{port}", embedded_db=settings.database_url is None)
         await stop.wait()
         _log.info("shutting_down")
         wait = min(FIRST_REQUEST_WAIT, settings.shutdown_timeout)

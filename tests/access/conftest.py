@@ -87,12 +87,12 @@ async def ready_checkout(s: ClientSession, profile: str) -> dict:
     co = (await s.call_tool("create_checkout", {"meta": meta(profile), "checkout": create})).structured_content
     assert co["id"].startswith("chk_"), co
     upd = {**create, "fulfillment": SHIPPING}
-    co = (await s.call_tool("update_checkout", {"meta": meta(profile), "id": co["id"], "checkout": upd}))
+    co = await s.call_tool("update_checkout", {"meta": meta(profile), "id": co["id"], "checkout": upd})
     co = co.structured_content
     group = co["fulfillment"]["methods"][0]["groups"][0]
     chosen = [{"id": group["id"], "selected_option_id": group["options"][0]["id"]}]
     upd["fulfillment"] = {"methods": [{**SHIPPING["methods"][0], "groups": chosen}]}
-    co = (await s.call_tool("update_checkout", {"meta": meta(profile), "id": co["id"], "checkout": upd}))
+    co = await s.call_tool("update_checkout", {"meta": meta(profile), "id": co["id"], "checkout": upd})
     co = co.structured_content
     assert co["status"] == "ready_for_complete", co
     return co

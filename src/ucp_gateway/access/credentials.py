@@ -1,9 +1,12 @@
-"""Platform credentials of a company's partners: API keys and OAuth 2.0 clients (migration 0071).
+"""Platform credentials of a company's partners: API keys, OAuth 2.0 clients (migration 0071), Web
+Bot Auth key directories and mTLS client certificates (migration 0110).
 
 A credential acts for one partner (a registered platform profile URL, ``partners``). Secrets are
 256 random bits, shown once, stored as SHA-256 hex: ``ucpak_...`` (API key, the ``X-API-Key``
 value) and ``ucpcs_...`` (OAuth client secret). Ids: ``ak_`` / ``oc_`` + 16 hex digits (the OAuth
-``client_id``). Every statement runs in the company's tenant transaction (RLS): another company's
+``client_id``); ``wb_`` (a Web Bot Auth directory origin) and ``mc_`` (an mTLS client
+certificate, ``sha256:<hex>`` or ``subject:<RFC 4514 DN>``) hold no secret, only their
+``identity``. Every statement runs in the company's tenant transaction (RLS): another company's
 credential is never found. Revoking is final.
 """
 
@@ -21,10 +24,12 @@ import asyncpg
 from ..db import tenant_tx
 from ..errors import BadRequest, NotFound
 from .client_jwt import check_jwks
+from .identities import normalise_identity
 
 __all__ = [
     "API_KEY_PREFIX",
     "CLIENT_SECRET_PREFIX",
+    "IDENTITY_KINDS",
     "KINDS",
     "Credential",
     "add_credential",
@@ -35,7 +40,9 @@ __all__ = [
     "secret_hash",
 ]
 
-KINDS = ("api-key", "oauth-client")
+KINDS = ("api-key", "oauth-client", "web-bot-auth", "mtls-cert")
+IDENTITY_KINDS = ("web-bot-auth", "mtls-cert")  # no secret: a directory origin, a certificate
+_PREFIX = {"api-key": "ak_", "oauth-client": "oc_", "web-bot-auth": "wb_", "mtls-cert": "mc_"}
 API_KEY_PREFIX = "ucpak_"
 CLIENT_SECRET_PREFIX = "ucpcs_"  # noqa: S105 - a prefix, not a secret
 
@@ -48,13 +55,14 @@ def secret_hash(secret: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Credential:
     id: str
-    kind: str  # api_key | oauth_client
+    kind: str  # api_key | oauth_client | web_bot_auth | mtls_cert
     profile_url: str
     label: str | None
     created_at: dt.datetime
     revoked_at: dt.datetime | None
     has_secret: bool
     jwks: dict[str, Any] | None
+    identity: str | None = None  # web_bot_auth: directory origin; mtls_cert: sha256:/subject:
 
     def to_json(self) -> dict[str, Any]:
         """The listing (never a secret or hash)."""
@@ -68,16 +76,20 @@ class Credential:
             "auth_methods": (["client_secret_basic", "client_secret_post"] if self.has_secret else [])
             + (["private_key_jwt"] if self.jwks else [])
             if self.kind == "oauth_client"
-            else ["x-api-key"],
+            else _METHODS.get(self.kind, ["x-api-key"]),
+            **({"identity": self.identity} if self.identity else {}),
         } | ({"jwks": self.jwks} if self.jwks else {})
 
 
-_COLS = "id, kind, profile_url, label, created_at, revoked_at, secret_hash IS NOT NULL AS has_secret, jwks"
+_METHODS = {"web_bot_auth": ["web-bot-auth"], "mtls_cert": ["tls-client-certificate"]}
+
+
+_COLS = "id, kind, profile_url, label, created_at, revoked_at, secret_hash IS NOT NULL AS has_secret, jwks, identity"
 
 
 def _row(r: asyncpg.Record) -> Credential:
     return Credential(r["id"], r["kind"], r["profile_url"], r["label"], r["created_at"], r["revoked_at"],
-                      r["has_secret"], r["jwks"])  # fmt: skip
+                      r["has_secret"], r["jwks"], r["identity"])  # fmt: skip
 
 
 async def add_credential(
@@ -89,12 +101,15 @@ async def add_credential(
     now: dt.datetime,
     label: str | None = None,
     jwks: dict[str, Any] | None = None,
+    identity: str | None = None,
 ) -> tuple[Credential, str | None]:
     """Create an API key or OAuth client for the partner ``profile_url``. Returns ``(credential,
     secret)``: the secret (API key, or client secret) is shown once; an OAuth client given ``jwks``
     (a public JWK or JWK Set, :func:`.client_jwt.check_jwks`) authenticates with ``private_key_jwt``
     (RFC 7523 §2.2) and gets no secret (None). Raises BadRequest (unknown kind, no such partner, bad
-    label or keys)."""
+    label or keys, a missing, malformed or already registered ``identity``). A
+    ``web-bot-auth`` or ``mtls-cert`` credential holds its ``identity`` (:func:`normalise_identity`)
+    and no secret (``secret`` None)."""
     if kind not in KINDS:
         raise BadRequest(f"kind must be one of {', '.join(KINDS)}")
     if label is not None and not (1 <= len(label) <= 200):
@@ -106,16 +121,23 @@ async def add_credential(
             jwks = check_jwks(jwks)
         except ValueError as exc:
             raise BadRequest(f"jwk: {exc}") from None
-    prefix, secret_prefix = ("ak_", API_KEY_PREFIX) if kind == "api-key" else ("oc_", CLIENT_SECRET_PREFIX)
-    cid = prefix + secrets.token_hex(8)
-    secret = None if jwks is not None else secret_prefix + secrets.token_urlsafe(32)
+    if (identity is not None) != (kind in IDENTITY_KINDS):
+        raise BadRequest(f"{kind} takes {'an identity' if kind in IDENTITY_KINDS else 'no identity'}")
+    if identity is not None:
+        identity = normalise_identity(kind, identity)
+    cid = _PREFIX[kind] + secrets.token_hex(8)
+    secret_prefix = API_KEY_PREFIX if kind == "api-key" else CLIENT_SECRET_PREFIX
+    secret = None if jwks is not None or identity is not None else secret_prefix + secrets.token_urlsafe(32)
     try:
         async with tenant_tx(pool, company_id) as conn:
             row = await conn.fetchrow(
                 "INSERT INTO platform_credentials (company_id, id, kind, profile_url, secret_hash, jwks, label,"
-                f" created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {_COLS}",
+                f" created_at, identity) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {_COLS}",
                 company_id, cid, kind.replace("-", "_"), profile_url, secret and secret_hash(secret), jwks, label, now,
+                identity,
             )  # fmt: skip
+    except asyncpg.UniqueViolationError:
+        raise BadRequest(f"{identity} is already registered for a partner (revoke that credential first)") from None
     except asyncpg.ForeignKeyViolationError:
         raise BadRequest("no partner with this profile URL: add it first (ucp-gateway partners add)") from None
     return _row(row), secret

@@ -25,7 +25,7 @@ from ..levels import ProofKind
 from .credentials import find_api_key, secret_hash
 from .oauth import ACCESS_TOKEN_PREFIX
 
-__all__ = ["api_key_proof", "bearer_proof"]
+__all__ = ["api_key_proof", "bearer_proof", "bind_profile"]
 
 STAFF_TOKEN_PREFIX = "ucpat_"  # noqa: S105 - keys.admin_tokens' token text
 
@@ -34,7 +34,8 @@ class CredentialInvalid(Unauthorized):
     code = "unauthorized"
 
 
-def _bind(request: web.Request, profile_url: str) -> None:
+def bind_profile(request: web.Request, profile_url: str) -> None:
+    """Refuse (401) a ``UCP-Agent`` naming another profile than the credential's partner."""
     header = request.headers.get("UCP-Agent")
     if header is None:
         return
@@ -57,7 +58,7 @@ async def api_key_proof(request: web.Request, company) -> AgentPrincipal | None:
     found = await find_api_key(request.app[DATABASE].pool, company.id, key.strip()) if len(key) <= 200 else None
     if found is None:
         raise CredentialInvalid("the API key is not valid for this company")
-    _bind(request, found[1])
+    bind_profile(request, found[1])
     return _principal(company.id, found[1], found[0], ProofKind.API_KEY)
 
 
@@ -81,5 +82,5 @@ async def bearer_proof(request: web.Request, company) -> AgentPrincipal | None:
         )
     if row is None:
         raise CredentialInvalid("the bearer token is not valid for this company (unknown, expired or revoked)")
-    _bind(request, row["profile_url"])
+    bind_profile(request, row["profile_url"])
     return _principal(company.id, row["profile_url"], row["client_id"], ProofKind.OAUTH)

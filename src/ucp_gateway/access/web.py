@@ -4,9 +4,10 @@ Admin routes (``Authorization: Bearer ucpat_...``)::
 
     GET  /admin/v1/access                           read_only   policy, access table, log-policy counters (7 days)
     PUT  /admin/v1/access/policy                    admin       {"signature_policy": one of the policies}
-    GET  /admin/v1/partners/credentials             read_only   API keys and OAuth clients (never a secret)
-    POST /admin/v1/partners/credentials             admin       {"kind", "profile_url", "label"?, "jwks"?}: the
-                                                                secret, once (none with jwks: private_key_jwt)
+    GET  /admin/v1/partners/credentials             read_only   the partners' credentials (never a secret)
+    POST /admin/v1/partners/credentials             admin       {"kind", "profile_url", "label"?, "jwks"?,
+                                                                "identity"?}: the secret, once (none with jwks:
+                                                                private_key_jwt, nor for an identity)
     POST /admin/v1/partners/credentials/{id}/revoke admin       final; an OAuth client's tokens die with it
 
 A policy change reaches every replica within ``host_cache_ttl`` seconds (the host cache), no restart.
@@ -35,7 +36,10 @@ from ..tenancy import SIGNATURE_POLICIES, get_company
 from . import oauth
 from .counts import count_refusal, refusal_counts
 from .credentials import add_credential, list_credentials, revoke_credential
+from .mtls import CLIENT_TRUST, ClientTrust, mtls_proof
 from .proofs import api_key_proof, bearer_proof
+from .wba_directory import DirectoryFetcher
+from .webbotauth import DIRECTORY_FETCHER, web_bot_auth_proof
 
 __all__ = ["setup"]
 
@@ -95,7 +99,8 @@ async def credentials_get(request: web.Request, p: StaffPrincipal) -> Any:
 async def credentials_post(request: web.Request, p: StaffPrincipal) -> Any:
     """Body ``{"kind": "api-key"|"oauth-client", "profile_url", "label"?, "jwks"?}``; the secret is in
     the answer once (an oauth-client given ``jwks``, a public JWK Set or ``jwk``, uses private_key_jwt
-    and has none)."""
+    and has none); a ``web-bot-auth`` (``identity``: the directory origin) or ``mtls-cert``
+    (``identity``: ``sha256:<fingerprint>`` or ``subject:<RFC 4514 name>``) has no secret either."""
     raw = await request.read()
     require_json_body(request, raw)
     try:
@@ -103,14 +108,17 @@ async def credentials_post(request: web.Request, p: StaffPrincipal) -> Any:
     except InvalidJson as exc:
         raise BadRequest(f"body must be JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("profile_url"), str):
-        raise BadRequest('body must be {"kind": "api-key"|"oauth-client", "profile_url": "...", "label"?: "..."}')
-    label, jwks = data.get("label"), data.get("jwks", data.get("jwk"))
+        raise BadRequest(
+            'body must be {"kind": "api-key"|"oauth-client"|"web-bot-auth"|"mtls-cert", "profile_url": "...",'
+            ' "label"?: "...", "identity"?: "..."}'
+        )
+    label, jwks, identity = data.get("label"), data.get("jwks", data.get("jwk")), data.get("identity")
     if jwks is not None and not isinstance(jwks, dict):
         raise BadRequest("jwks must be a JWK Set (or jwk a JWK) object")
     cred, secret = await add_credential(
         request.app[DATABASE].pool, p.company_id, kind=str(data.get("kind")), profile_url=data["profile_url"],
         now=(request.app.get(CLOCK) or SystemClock()).now(), label=label if isinstance(label, str) else None,
-        jwks=jwks,
+        jwks=jwks, identity=identity if isinstance(identity, str) else None,
     )  # fmt: skip
     _log.info("platform_credential_added", company_id=str(p.company_id), id=cred.id, actor=p.actor)
     return {**cred.to_json(), "secret": secret}
@@ -124,14 +132,26 @@ async def credentials_revoke(request: web.Request, p: StaffPrincipal) -> Any:
     return cred.to_json()
 
 
+async def _directories(app: web.Application):
+    """The Web Bot Auth key-directory fetcher of this process (closed with the app)."""
+    app[DIRECTORY_FETCHER] = fetcher = DirectoryFetcher(app[SETTINGS], clock=app.get(CLOCK))
+    try:
+        yield
+    finally:
+        await fetcher.close()
+
+
 def setup(app: web.Application) -> None:
-    """Install the proof verifiers (API key, OAuth bearer token: read by the signature layer on every
-    request, each returning at once when its header is absent), the log-policy counter, the OAuth
-    authorization server routes (exempt from the signature layer) and the admin routes."""
+    """Install the proof verifiers (mTLS, API key, OAuth bearer token, Web Bot Auth: read by the
+    signature layer on every request, each returning at once when its proof is absent), the
+    log-policy counter, the OAuth authorization server routes (exempt from the signature layer) and
+    the admin routes."""
     verifiers = app.setdefault(PROOF_VERIFIERS, [])
-    verifiers.extend([api_key_proof, bearer_proof])
+    verifiers.extend([mtls_proof, api_key_proof, bearer_proof, web_bot_auth_proof])
+    app.cleanup_ctx.append(_directories)
     app[POLICY_COUNTER] = _count
     settings = app[SETTINGS]
+    app[CLIENT_TRUST] = ClientTrust(settings)  # for forwarded client certificates
     if "/oauth2/" not in settings.httpsig_exempt_prefixes:
         settings.httpsig_exempt_prefixes = (*settings.httpsig_exempt_prefixes, "/oauth2/")
     oauth.setup_routes(app)

@@ -373,7 +373,9 @@ async def signature_middleware(
     if mode != "off":
         try:
             other = await _other_proof(app, request, company)
-            if signed or (other is None and mode == "required" and not is_open_door(request.match_info.handler)):
+            # a Web Bot Auth proof verified the request's signature against its key directory
+            ucp_signed = signed and (other is None or other.proof != ProofKind.WEB_BOT_AUTH)
+            if ucp_signed or (other is None and mode == "required" and not is_open_door(request.match_info.handler)):
                 sig = await _verify_signature(app, request, settings, clock, body, company.id)
                 if other is not None and other.profile_url != sig.profile_url:
                     # UCP overview "Identity Binding": every proof must name the same platform
