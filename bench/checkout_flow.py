@@ -583,6 +583,22 @@ def _summary(runs: list[dict]) -> dict:
     }
 
 
+def without_signature_middleware(components: list) -> None:
+    """Replace httpsig's entry of ``ucp_gateway.app.COMPONENTS`` by one that installs everything of it
+    but the signature middleware: its resources stay, since the other subsystems read them on every
+    request (discovery's trust check reads the block cache). The unsigned modes measure the rest."""
+    from ucp_gateway.httpsig.web import signature_middleware
+
+    i = next(i for i, c in enumerate(components) if c.__name__ == "_httpsig_setup")
+    setup = components[i]
+
+    def _httpsig_unverified(app) -> None:
+        setup(app)
+        app.middlewares.remove(signature_middleware)
+
+    components[i] = _httpsig_unverified
+
+
 def _child(mode: str, port: int) -> None:
     """Run the gateway in this process (``--child``) as ``ucp-gateway serve`` does: its settings,
     logging, event loop (uvloop when installed) and :func:`run_server` (SIGTERM stops it)."""
@@ -594,7 +610,7 @@ def _child(mode: str, port: int) -> None:
     settings = Settings(host="127.0.0.1", port=port)
     configure_logging(settings)  # as `ucp-gateway serve` does (UCPGW_LOG_LEVEL honoured)
     if mode in ("plain", "verbs"):  # no signature middleware (the production app always has it)
-        gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
+        without_signature_middleware(gateway_app.COMPONENTS)
     reuse_port = os.environ.get("BENCH_WORKERS", "1") != "1"  # one of N processes on the port
     ready_dir = os.environ.get("BENCH_READY_DIR")
 
@@ -617,7 +633,12 @@ def _child(mode: str, port: int) -> None:
         prof.dump_stats(os.path.join(prof_dir, f"gateway-{mode}-{os.getpid()}.prof"))
 
 
-async def _prepare(dsn: str, ring: str, keys_dir: Path, log_sql: bool = False) -> None:
+async def _prepare(
+    dsn: str, ring: str, keys_dir: Path, log_sql: bool = False, anonymous_complete: bool = False
+) -> None:
+    """Seed the demo company (stock without end, an active signing key). ``anonymous_complete``: its
+    access table lets an unproven agent complete (``access.levels``, docs/access.md), so that the
+    unsigned modes place orders instead of handing off to the buyer (``buyer_handoff_required``)."""
     from ucp_gateway.config import Settings
     from ucp_gateway.db import tenant_tx
     from ucp_gateway.db.database import connect_database
@@ -631,6 +652,13 @@ async def _prepare(dsn: str, ring: str, keys_dir: Path, log_sql: bool = False) -
         company = (await seed_demo(db, settings)).company
         async with tenant_tx(db.pool, company.id) as conn:
             await conn.execute("UPDATE inventory SET quantity = 1000000000")
+            if anonymous_complete:
+                levels = {"access": {"levels": {"checkout.complete": "anonymous"}}}
+                await conn.execute(
+                    "UPDATE companies SET settings = coalesce(settings, '{}'::jsonb) || $1::text::jsonb WHERE id = $2",
+                    json.dumps(levels),
+                    company.id,
+                )
         vault = Vault(KekRing.parse(ring))
         attach_vault(db.pool, vault)
         from datetime import UTC, datetime
@@ -746,7 +774,8 @@ async def main() -> None:
         os.makedirs(args.profile, exist_ok=True)
         env["BENCH_PROFILE_DIR"] = os.path.abspath(args.profile)
     try:
-        await _prepare(dsn, ring, tmp / "keys", bool(args.log_sql))
+        unsigned = bool({"plain", "verbs"} & set(modes))
+        await _prepare(dsn, ring, tmp / "keys", bool(args.log_sql), anonymous_complete=unsigned)
         if not args.cold_wal:  # ~30 kB of WAL per signed flow, at most ~320 flows/s here, 2 runs per mode and round
             wal = 30e3 * 320 * (args.warmup + args.seconds) * 2 * len(modes) * args.rounds
             await _warm_wal(dsn, 2 + int(wal // (16 << 20)))

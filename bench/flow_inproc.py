@@ -107,6 +107,7 @@ async def main() -> None:
     ap.add_argument("--signed", action="store_true", help="RFC 9421 verification on, signed requests (production)")
     ap.add_argument("--flows", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=50, help="flows run before measuring")
     ap.add_argument("--callgrind", action="store_true", help="switch callgrind instrumentation around the run")
     ap.add_argument("--profile", metavar="FILE", help="cProfile (thread time) the measured flows into FILE")
     args = ap.parse_args()
@@ -130,14 +131,14 @@ async def main() -> None:
     )
     runner = platform = None
     try:
-        await cf._prepare(dsn, ring, tmp / "keys")
+        await cf._prepare(dsn, ring, tmp / "keys", anonymous_complete=not args.signed)
         pport = cf._free_port()
         buyer = cf.Buyer(0, f"http://127.0.0.1:{pport}")
         platform = await cf._platform([buyer], pport)
         settings = Settings(host="127.0.0.1", port=8080)
         configure_logging(settings)
         if not args.signed:
-            gateway_app.COMPONENTS[:] = [c for c in gateway_app.COMPONENTS if c.__name__ != "_httpsig_setup"]
+            cf.without_signature_middleware(gateway_app.COMPONENTS)
         runner = web.AppRunner(gateway_app.create_app(settings), access_log=None)
         await runner.setup()
         install_front(runner)
@@ -145,7 +146,7 @@ async def main() -> None:
         transport = _Transport()
         protocol.connection_made(transport)
         client = _Client(protocol, transport, buyer, "127.0.0.1:8080", args.signed)
-        await _flows(client, 50)  # warm-up: profile cache, prepared statements, pool
+        await _flows(client, args.warmup)  # profile cache, prepared statements, pool
         if args.callgrind:
             _callgrind(True)
             await _flows(client, args.flows)

@@ -99,3 +99,18 @@ async def test_buyer_signatures_verify_with_the_gateways_reference_verifier():
     with pytest.raises(GatewayError) as err:
         await verify("POST", "/ucp/v1/checkout-sessions", create, "k-1", **{"Idempotency-Key": "k-other"})
     assert err.value.code == "signature_invalid"
+
+
+def test_flow_inproc_unsigned_places_orders():
+    """Regression: without the signature component the app answered 500 (discovery's trust check
+    reads httpsig's block cache), and an unproven agent's complete handed off to the buyer instead
+    of placing the order. The unsigned mode keeps httpsig's resources, drops only its middleware,
+    and the bench company lets an unproven agent complete; a flow that does not complete fails it."""
+    import subprocess
+    import sys
+
+    script = _PATH.with_name("flow_inproc.py")
+    cmd = [sys.executable, str(script), "--mode", "plain", "--flows", "2", "--rounds", "1", "--warmup", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.startswith("plain: min ") and "ms CPU/flow" in p.stdout
