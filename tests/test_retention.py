@@ -41,6 +41,21 @@ async def _checkout(conn, company_id, cid: str, *, expires_at: dt.datetime, orde
     )
 
 
+async def _cart(conn, company_id, cart_id: str, *, expires_at: dt.datetime) -> None:
+    """A cart expiring at ``expires_at``, linked to a checkout of the same id (migration 0066)."""
+    await conn.execute(
+        "INSERT INTO carts (company_id, id, caller, state, created_at, updated_at, expires_at) VALUES ($1, $2,"
+        " 'https://p.example/p.json', '{\"line_items\": []}', $3::timestamptz - interval '7 days',"
+        " $3::timestamptz - interval '7 days', $3)",
+        company_id,
+        cart_id,
+        expires_at,
+    )
+    await conn.execute(
+        "INSERT INTO cart_checkouts (company_id, cart_id, checkout_id) VALUES ($1, $2, $2)", company_id, cart_id
+    )
+
+
 async def _event(conn, company_id, order_id: str, *, created_at: dt.datetime, delivered: bool, queued=False) -> None:
     """A webhook_outbox row named by its order_id: delivered, or not (then ``queued``: still retried)."""
     event_id = uuid.uuid4()
@@ -135,6 +150,7 @@ async def _seed(pool, company_id, tag: str) -> None:
                 f"{tag}-{key}",
                 expires,
             )
+            await _cart(conn, company_id, f"{tag}-{key}", expires_at=expires)
             await conn.execute(
                 "INSERT INTO checkout_page_tokens (company_id, token_hash, checkout_id, csrf_hash, digest, issued_at,"
                 " expires_at) VALUES ($1, $2, $3, $2, $4, $5::timestamptz - interval '1 hour', $5)",
@@ -222,6 +238,9 @@ async def _keys(pool, company_id) -> dict[str, set[str]]:
             },
             "checkout_page_tokens": {r[0] for r in await conn.fetch("SELECT checkout_id FROM checkout_page_tokens")},
             "oauth_access_tokens": {r[0] for r in await conn.fetch("SELECT scope FROM oauth_access_tokens")},
+            "carts": {r[0] for r in await conn.fetch("SELECT id FROM carts")},
+            # a cart's checkout link goes with the cart (migration 0120)
+            "cart_checkouts": {r[0] for r in await conn.fetch("SELECT cart_id FROM cart_checkouts")},
             "request_slo_minutes": {
                 r[0].replace("_", "-") for r in await conn.fetch("SELECT operation FROM request_slo_minutes")
             },
@@ -274,6 +293,22 @@ async def test_run_once_deletes_only_expired_rows_of_every_company(database, com
     # a second round finds nothing
     again = await retention.run_once(database.pool, now=NOW, margin=MARGIN, batch=1000)
     assert again.done == {} and again.left == 0
+
+
+async def test_exactly_the_expired_carts_go_with_their_links(database, companies):
+    """Carts answer not_found after expires_at (commerce.carts): those past it by the margin go, with
+    their checkout links; the others stay, in every company; a company with none due is not swept."""
+    a, b = companies
+    async with tenant_tx(database.pool, a.id) as conn:
+        for i, expires in enumerate((ago(MARGIN + 1), ago(MARGIN + 86400), ago(MARGIN - 60), NOW, ago(-86400))):
+            await _cart(conn, a.id, f"a-{i}", expires_at=expires)
+    async with tenant_tx(database.pool, b.id) as conn:
+        await _cart(conn, b.id, "b-live", expires_at=NOW)
+    done = (await retention.run_once(database.pool, now=NOW, margin=MARGIN, batch=1000)).done
+    assert done == {"acme": {"carts": 2}}  # bolt had nothing due: no tenant transaction for it
+    left = await _keys(database.pool, a.id)
+    assert left["carts"] == left["cart_checkouts"] == {"a-2", "a-3", "a-4"}
+    assert (await _keys(database.pool, b.id))["carts"] == {"b-live"}
 
 
 async def test_orders_checkouts_and_queued_webhooks_are_kept(database, companies):

@@ -192,3 +192,62 @@ async def test_one_company_never_sees_another_companys_products(database, compan
         assert got.body["ucp"]["status"] == "error"
     async with database.pool.acquire() as conn:  # the app role with no tenant: nothing at all
         assert await conn.fetchval("SELECT count(*) FROM catalog_products") == 0
+
+
+async def test_lookup_filters_apply_after_resolution(database, company):
+    full = (await call(database, company, "get_product", {"id": "roses-red"}))["product"]
+    price = {v["id"]: v["price"]["amount"] for v in full["variants"]}
+    cheapest = min(price, key=price.get)
+    ids = ["roses-red", *price]
+    body = await call(database, company, "lookup", {"ids": ids, "filters": {"price": {"max": price[cheapest]}}})
+    (product,) = body["products"]
+    # the named product's featured variant is chosen among those kept; the named dearer ones drop out
+    assert [(v["id"], v["inputs"]) for v in product["variants"]] == [
+        (cheapest, sorted([{"id": "roses-red", "match": "featured"}, {"id": cheapest, "match": "exact"}],
+                          key=lambda i: i["id"]))
+    ]  # fmt: skip
+    assert "messages" not in body  # every id is known: none is reported not_found
+    for filters in ({"categories": ["No Such Category"]}, {"price": {"min": max(price.values()) + 1}}):
+        body = await call(database, company, "lookup", {"ids": [*ids, "nope"], "filters": filters})
+        assert body["products"] == [] and body["messages"] == [{"type": "info", "content": "nope", "code": "not_found"}]
+    # a price filter is in context.currency: the shop's prices are USD, so a EUR range matches nothing
+    eur = {"ids": ids, "filters": {"price": {"max": 10**9}}, "context": {"currency": "EUR"}}
+    assert (await call(database, company, "lookup", eur))["products"] == []
+    cats = [c["value"] for c in full["categories"]]
+    assert (
+        len((await call(database, company, "lookup", {"ids": ids, "filters": {"categories": cats}}))["products"]) == 1
+    )
+
+
+async def test_lookup_available_filter_keeps_variants_by_stock(database, company):
+    body = await call(database, company, "lookup", {"ids": ["roses-garden"], "filters": {"available": False}})
+    (product,) = body["products"]
+    assert [v["id"] for v in product["variants"]] == ["roses_garden_peach_std"]
+    assert product["variants"][0]["availability"]["available"] is False
+
+
+async def test_get_product_filters_narrow_the_variants(database, company):
+    full = (await call(database, company, "get_product", {"id": "roses-red"}))["product"]
+    price = {v["id"]: v["price"]["amount"] for v in full["variants"]}
+    cheapest = min(price, key=price.get)
+    dearer = {"price": {"min": price[cheapest] + 1}}
+    body = await call(database, company, "get_product", {"id": "roses-red", "filters": dearer})
+    got = [v["id"] for v in body["product"]["variants"]]
+    assert cheapest not in got and set(got) == set(price) - {cheapest}
+    labels = {val["label"] for opt in body["product"]["options"] for val in opt["values"]}
+    assert labels == {o["label"] for v in body["product"]["variants"] for o in v["options"]}
+    for data in ({"id": cheapest, "filters": dearer}, {"id": "roses-red", "filters": {"categories": ["No Such"]}}):
+        missing = await call(database, company, "get_product", data)
+        assert missing["ucp"]["status"] == "error" and missing["messages"][0]["code"] == "not_found"
+        assert "filters" in missing["messages"][0]["content"]
+
+
+@pytest.mark.parametrize("op", ["search", "lookup", "get_product"])
+@pytest.mark.parametrize(
+    "filters", [{"fulfills_to": {"address_country": "US"}}, {"price": {"min": -1}}, {"categories": [3]}, []]
+)
+async def test_a_filter_the_shop_does_not_apply_is_refused_naming_it(database, company, op, filters):
+    data = {"search": {"query": "roses"}, "lookup": {"ids": ["roses-red"]}, "get_product": {"id": "roses-red"}}[op]
+    with pytest.raises(BadRequest) as exc:
+        await call(database, company, op, {**data, "filters": filters})
+    assert exc.value.code == "invalid_request" and "$.filters" in exc.value.message

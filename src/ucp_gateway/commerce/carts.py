@@ -4,10 +4,13 @@
 A cart is the platform's writable state (``line_items``, ``context``, ``buyer``, ``discounts``,
 ``attribution``) in table ``carts`` (migration 0066). Its line items, totals, discounts and
 messages are priced on every answer by the checkout's own :func:`.checkout.price_checkout` (one
-pricing code, through :func:`.service._price`: the same catalogue read, stock, codes and automatic
-discounts), as estimates. A cart
-belongs to the buyer agent that created it; another caller gets ``not_found``. Cancel deletes it
-and answers the state it had; afterwards every operation answers ``not_found``.
+pricing code, through :func:`.service.price_state`: the same catalogue read, stock, codes and
+automatic discounts), as estimates. A cart belongs to the buyer agent that created it; another
+caller gets ``not_found``. Cancel deletes it and answers the state it had; afterwards every
+operation answers ``not_found``.
+
+Create-checkout is answered here (:func:`create_checkout`): with ``cart_id`` from the cart, else
+by :func:`.service.create` alone. Imports point one way: this module builds on ``service``.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from typing import Any
 
 import asyncpg
 
+from ..versions import from_wire
+from . import service
 from .checkout import rfc3339
 from .messages import error_envelope
-from .service import UCP_VERSION, CommerceContext, Outcome, _price
+from .service import UCP_VERSION, CommerceContext, Outcome, price_state
 from .status import TERMINAL
 from .validation import InvalidRequest, parse_state
 
-__all__ = ["CART", "CART_TTL", "cancel", "checkout_input", "create", "get", "update"]
+__all__ = ["CART", "CART_TTL", "cancel", "checkout_input", "create", "create_checkout", "get", "update"]
 
 CART = "dev.ucp.shopping.cart"
 CART_TTL = timedelta(days=7)
@@ -91,7 +96,7 @@ async def _row(conn: asyncpg.Connection, ctx: CommerceContext, cart_id: str, *, 
 async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: Any) -> Outcome:
     """``POST /carts``: 201 with the priced cart; 200 error envelope (no id) when no item can be sold."""
     state = _cart_state(data)
-    priced = await _price(conn, ctx, state)
+    priced = await price_state(conn, ctx, state)
     if priced.nothing_purchasable:
         msgs = [dict(m, severity="unrecoverable") for m in priced.messages if m["type"] == "error"]
         return Outcome(200, {"ucp": dict(_ucp(ctx), status="error"), "messages": msgs})
@@ -110,7 +115,7 @@ async def get(conn: asyncpg.Connection, ctx: CommerceContext, cart_id: str) -> O
     row = await _row(conn, ctx, cart_id)
     if row is None:
         return _not_found(ctx)
-    priced = await _price(conn, ctx, row["state"])
+    priced = await price_state(conn, ctx, row["state"])
     return Outcome(200, render_cart(ctx, cart_id, row["state"], priced, row["expires_at"]))
 
 
@@ -121,7 +126,7 @@ async def update(conn: asyncpg.Connection, ctx: CommerceContext, cart_id: str, d
     row = await _row(conn, ctx, cart_id, lock=True)
     if row is None:
         return _not_found(ctx)
-    priced = await _price(conn, ctx, state)
+    priced = await price_state(conn, ctx, state)
     await (ctx.last_write or conn.execute)(
         "UPDATE carts SET state = $2, updated_at = $3 WHERE id = $1", cart_id, state, ctx.now
     )
@@ -133,7 +138,7 @@ async def cancel(conn: asyncpg.Connection, ctx: CommerceContext, cart_id: str) -
     row = await _row(conn, ctx, cart_id, lock=True)
     if row is None:
         return _not_found(ctx)
-    priced = await _price(conn, ctx, row["state"])
+    priced = await price_state(conn, ctx, row["state"])
     body = render_cart(ctx, cart_id, row["state"], priced, row["expires_at"])
     body.pop("continue_url", None)
     await (ctx.last_write or conn.execute)("DELETE FROM carts WHERE id = $1", cart_id)
@@ -177,3 +182,22 @@ async def link_checkout(conn: asyncpg.Connection, ctx: CommerceContext, cart_id:
         " ON CONFLICT (company_id, cart_id) DO UPDATE SET checkout_id = EXCLUDED.checkout_id",
         ctx.company_id, cart_id, checkout_id,
     )  # fmt: skip
+
+
+async def create_checkout(conn: asyncpg.Connection, ctx: CommerceContext, data: Any) -> Outcome:
+    """``POST /checkout-sessions`` / ``create_checkout``: with ``cart_id`` (UCP cart "Cart-to-Checkout
+    Conversion"), the cart's open checkout (answered as by get, 200), or a checkout made of the
+    cart's contents and linked to it; an unknown cart is 200 ``not_found``. Without, :func:`.service.create`."""
+    cart_id = data.get("cart_id") if isinstance(data, dict) else None
+    if cart_id is None:
+        return await service.create(conn, ctx, data)
+    open_id, body = await checkout_input(conn, ctx, from_wire("checkout.request", data, ctx.version))
+    if open_id is not None:
+        return await service.get(conn, ctx, open_id)
+    if body is None:
+        return _not_found(ctx)
+
+    async def link(checkout_id: str) -> None:
+        await link_checkout(conn, ctx, cart_id, checkout_id)
+
+    return await service.create(conn, ctx, body, neutral=True, before_write=link)

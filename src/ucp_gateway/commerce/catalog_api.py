@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,12 +20,16 @@ from ..errors import BadRequest
 from .catalog_store import SearchQuery
 
 __all__ = [
+    "FILTER_NAMES",
     "LOOKUP_MAX_IDS",
+    "NO_FILTERS",
     "QUERY_MAX_LENGTH",
     "SEARCH_MAX_LIMIT",
     "SORTS",
+    "Filters",
     "lookup_products",
     "next_cursor",
+    "parse_filters",
     "parse_get",
     "parse_lookup",
     "parse_search",
@@ -75,14 +80,87 @@ def _context_currency(data: Mapping[str, Any]) -> str | None:
     return cur
 
 
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Validated ``filters`` (S:shopping/types/search_filters.json, combined with AND): product
+    ``categories`` (OR, exact ``value``), variant ``price_min``/``price_max`` in minor units of
+    ``currency`` (the request's ``context.currency``, else the shop's), ``available`` (a gateway
+    filter: the variant is, or is not, in stock). None: not filtered on."""
+
+    categories: tuple[str, ...] = ()
+    price_min: int | None = None
+    price_max: int | None = None
+    currency: str | None = None
+    available: bool | None = None
+
+    def product_passes(self, row: Mapping[str, Any]) -> bool:
+        """Whether the product (a catalog_store row) is in one of the categories (if any)."""
+        return not self.categories or bool(set(self.categories) & set(row["categories"] or ()))
+
+    def variant_passes(self, v: Mapping[str, Any]) -> bool:
+        """Whether one variant (a row of ``row["variants"]``) meets the price and stock filters; a
+        price filter in another currency than the variant's matches nothing (no conversion)."""
+        if self.price_min is not None or self.price_max is not None:
+            if v["currency"].strip() != self.currency:
+                return False
+            if self.price_min is not None and v["price"] < self.price_min:
+                return False
+            if self.price_max is not None and v["price"] > self.price_max:
+                return False
+        return self.available is None or (v["stock"] > 0) == self.available
+
+    def variants(self, row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The product's variants these filters keep (none when the product itself fails)."""
+        if not self.product_passes(row):
+            return []
+        return [v for v in row["variants"] if self.variant_passes(v)]
+
+
+NO_FILTERS = Filters()
+FILTER_NAMES = ("categories", "price", "available")
+
+
+def parse_filters(data: Mapping[str, Any], *, shop_currency: str) -> Filters:
+    """``data["filters"]`` (absent or null: :data:`NO_FILTERS`) of a search, lookup or get_product
+    request. UCP defines ``categories`` and ``price``; merchants MAY add custom filters, and ours
+    is ``available``: any other name is refused (400, naming it) rather than silently ignored, so
+    an agent never reads an unfiltered answer as a filtered one."""
+    filters = data.get("filters")
+    if filters is None:
+        return NO_FILTERS
+    filters = _obj(filters, "$.filters")
+    unknown = sorted(set(filters) - set(FILTER_NAMES))
+    if unknown:
+        raise BadRequest(f"$.filters.{unknown[0]}: not a filter of this shop (it filters by {', '.join(FILTER_NAMES)})")
+    cats: tuple[str, ...] = ()
+    pmin = pmax = None
+    available = None
+    if filters.get("categories") is not None:
+        c = filters["categories"]
+        if not isinstance(c, list) or len(c) > 20:
+            raise BadRequest("$.filters.categories must be an array of at most 20 strings")
+        cats = tuple(_text(x, f"$.filters.categories[{i}]") for i, x in enumerate(c))
+    if filters.get("price") is not None:
+        price = _obj(filters["price"], "$.filters.price")
+        if price.get("min") is not None:
+            pmin = _amount(price["min"], "$.filters.price.min")
+        if price.get("max") is not None:
+            pmax = _amount(price["max"], "$.filters.price.max")
+    if filters.get("available") is not None:
+        if not isinstance(filters["available"], bool):
+            raise BadRequest("$.filters.available must be a boolean")
+        available = filters["available"]
+    currency = _context_currency(data) or shop_currency
+    return Filters(categories=cats, price_min=pmin, price_max=pmax, currency=currency, available=available)
+
+
 def parse_search(data: Any, *, shop_currency: str) -> SearchQuery:
     """A ``search_request`` (catalog_search.json) -> :class:`SearchQuery`.
 
-    ``query`` (1-500 characters), ``filters`` {``categories``: [string], ``price``: {min?, max?} in
-    minor units of ``context.currency`` (default the shop's), ``available``: boolean (a gateway
-    filter)}, ``pagination`` {``cursor``, ``limit`` >= 1, clamped to 50}, ``sort`` (a gateway
-    extension: relevance | price_asc | price_desc | title | newest). At least one of ``query`` and
-    ``filters`` (UCP search.md: an empty request is refused).
+    ``query`` (1-500 characters), ``filters`` (:func:`parse_filters`), ``pagination`` {``cursor``,
+    ``limit`` >= 1, clamped to 50}, ``sort`` (a gateway extension: relevance | price_asc |
+    price_desc | title | newest). At least one of ``query`` and ``filters`` (UCP search.md: an
+    empty request is refused).
     """
     data = _obj(data, "$")
     query = data.get("query")
@@ -94,30 +172,9 @@ def parse_search(data: Any, *, shop_currency: str) -> SearchQuery:
         if not query.strip() or not query.isprintable():
             raise BadRequest("$.query must be printable text that is not blank")
         query = query.strip()
-    filters = data.get("filters")
-    if query is None and filters is None:
+    if query is None and data.get("filters") is None:
         raise BadRequest("a search needs a query or filters (UCP catalog search)")
-    cats: tuple[str, ...] = ()
-    pmin = pmax = None
-    available = None
-    if filters is not None:
-        filters = _obj(filters, "$.filters")
-        if "categories" in filters:
-            c = filters["categories"]
-            if not isinstance(c, list) or len(c) > 20:
-                raise BadRequest("$.filters.categories must be an array of at most 20 strings")
-            cats = tuple(_text(x, f"$.filters.categories[{i}]") for i, x in enumerate(c))
-        if filters.get("price") is not None:
-            price = _obj(filters["price"], "$.filters.price")
-            if price.get("min") is not None:
-                pmin = _amount(price["min"], "$.filters.price.min")
-            if price.get("max") is not None:
-                pmax = _amount(price["max"], "$.filters.price.max")
-        if filters.get("available") is not None:
-            if not isinstance(filters["available"], bool):
-                raise BadRequest("$.filters.available must be a boolean")
-            available = filters["available"]
-    currency = _context_currency(data) or shop_currency
+    f = parse_filters(data, shop_currency=shop_currency)
     sort = data.get("sort", "relevance" if query else "title")
     if sort not in SORTS:
         raise BadRequest(f"$.sort must be one of {', '.join(SORTS)}")
@@ -134,8 +191,8 @@ def parse_search(data: Any, *, shop_currency: str) -> SearchQuery:
             modes = ("relevance", "fuzzy", "trgm") if sort == "relevance" else (sort,)
             mode, *key = _decode_after(pag["cursor"], modes)
             after = (key[0], key[1])
-    return SearchQuery(text=query, categories=cats, price_min=pmin, price_max=pmax, currency=currency,
-                       available=available, sort=sort, limit=limit, after=after,
+    return SearchQuery(text=query, categories=f.categories, price_min=f.price_min, price_max=f.price_max,
+                       currency=f.currency, available=f.available, sort=sort, limit=limit, after=after,
                        fuzzy=mode == "fuzzy", trgm=mode == "trgm")  # fmt: skip
 
 
@@ -178,22 +235,29 @@ def next_cursor(q: SearchQuery, row: Mapping[str, Any]) -> str:
     return encode_cursor(json.dumps([kind, value, row["id"]], separators=(",", ":")))
 
 
-def parse_lookup(data: Any) -> list[str]:
-    """A ``lookup_request``: ``ids`` (1..50 strings; product or variant ids, SKUs, GTINs, handles),
-    deduplicated in order. More ids: ``request_too_large`` (UCP lookup.md)."""
+def parse_lookup(data: Any, *, shop_currency: str = "USD") -> tuple[list[str], Filters]:
+    """A ``lookup_request``: ``(ids, filters)``. ``ids``: 1..50 strings (product or variant ids,
+    SKUs, GTINs, handles), deduplicated in order; more: ``request_too_large`` (UCP lookup.md).
+    ``filters``: :func:`parse_filters` (applied after resolution)."""
     data = _obj(data, "$")
     ids = data.get("ids")
     if not isinstance(ids, list) or not ids:
         raise BadRequest("$.ids must be a non-empty array of strings")
     if len(ids) > LOOKUP_MAX_IDS:
         raise RequestTooLarge(f"at most {LOOKUP_MAX_IDS} ids per lookup")
-    return list(dict.fromkeys(_text(x, f"$.ids[{i}]") for i, x in enumerate(ids)))
+    out = list(dict.fromkeys(_text(x, f"$.ids[{i}]") for i, x in enumerate(ids)))
+    return out, parse_filters(data, shop_currency=shop_currency)
 
 
-def parse_get(data: Any) -> tuple[str, list[tuple[str, str, str | None]], list[str]]:
-    """A ``get_product_request``: ``(id, selected [(name, label, id?)], preferences [name])``."""
+def parse_get(
+    data: Any, *, shop_currency: str = "USD"
+) -> tuple[str, list[tuple[str, str, str | None]], list[str], Filters]:
+    """A ``get_product_request``: ``(id, selected [(name, label, id?)], preferences [name],
+    filters)`` (:func:`parse_filters`: they narrow the variants)."""
     data = _obj(data, "$")
     pid = _text(data.get("id"), "$.id")
+    if not isinstance(data.get("selected") or [], list) or not isinstance(data.get("preferences") or [], list):
+        raise BadRequest("$.selected and $.preferences must be arrays")
     selected: list[tuple[str, str, str | None]] = []
     names: set[str] = set()
     for i, s in enumerate(data.get("selected") or []):
@@ -204,10 +268,8 @@ def parse_get(data: Any) -> tuple[str, list[tuple[str, str, str | None]], list[s
         names.add(name)
         oid = s.get("id")
         selected.append((name, label, _text(oid, f"$.selected[{i}].id") if oid is not None else None))
-    if not isinstance(data.get("selected", []), list) or not isinstance(data.get("preferences", []), list):
-        raise BadRequest("$.selected and $.preferences must be arrays")
     prefs = [_text(p, f"$.preferences[{i}]") for i, p in enumerate(data.get("preferences") or [])]
-    return pid, selected, prefs
+    return pid, selected, prefs, parse_filters(data, shop_currency=shop_currency)
 
 
 def _price(amount: int, currency: str) -> dict[str, Any]:
@@ -287,22 +349,32 @@ def _featured(variants: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return next((v for v in variants if v["stock"] > 0), variants[0])
 
 
-def lookup_products(rows: Sequence[Mapping[str, Any]], base_url: str) -> list[dict[str, Any]]:
+def lookup_products(
+    rows: Sequence[Mapping[str, Any]], base_url: str, filters: Filters = NO_FILTERS
+) -> list[dict[str, Any]]:
     """Lookup results: each product once, with only the variants an input resolved to, each
     carrying ``inputs[] {id, match}`` (``exact``: a variant id, SKU or GTIN named it;
-    ``featured``: the product was named and this is its featured variant). UCP lookup.md."""
+    ``featured``: the product was named and this is its featured variant). UCP lookup.md.
+    ``filters`` apply after resolution: a named variant they drop is left out, a named product's
+    featured variant is chosen among those they keep, and a product left with no variant is
+    dropped (UCP lookup: filters narrow the returned products and variants)."""
     out = []
     for row in rows:
-        variants = list(row["variants"])
+        variants = filters.variants(row)
         if not variants:
             continue
+        kept = {v["id"] for v in variants}
         inputs: dict[str, list[dict[str, str]]] = {}
         for h in row["hits"]:
             if h["variant_id"] is None:
                 vid, match = _featured(variants)["id"], "featured"
-            else:
+            elif h["variant_id"] in kept:
                 vid, match = h["variant_id"], "exact"
+            else:
+                continue
             inputs.setdefault(vid, []).append({"id": h["input"], "match": match})
+        if not inputs:
+            continue
         chosen = [v for v in variants if v["id"] in inputs]
         prod = render_product(row, base_url, variants=chosen)
         for v in prod["variants"]:
@@ -320,7 +392,8 @@ def product_detail(row: Mapping[str, Any], base_url: str, selected: Sequence[tup
                    preferences: Sequence[str]) -> dict[str, Any]:  # fmt: skip
     """get_product (UCP lookup.md "Get Product"): the effective selection after relaxation, the
     featured variant first (the named variant when ``row['input']`` is a variant id), the variants
-    matching the selection, and ``options[].values[]`` with ``available``/``exists`` relative to it."""
+    matching the selection, and ``options[].values[]`` with ``available``/``exists`` relative to it.
+    ``row["variants"]`` are the variants to choose from (the caller applies the filters first)."""
     variants = list(row["variants"])
     named = next((v for v in variants if v["id"] == row.get("input")), None)
     if named is not None:  # a variant id: its own options are the selection (a conflicting one is ignored)

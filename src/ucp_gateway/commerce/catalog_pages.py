@@ -31,7 +31,7 @@ from . import catalog_store
 from .catalog_api import render_product
 from .catalog_store import SearchQuery
 from .context import _origin, build_context, company_of
-from .service import _price
+from .service import price_state
 
 __all__ = ["home_page", "llms_txt", "setup_catalog_pages"]
 
@@ -109,7 +109,7 @@ async def cart_page(request: web.Request, company: Company) -> web.Response:
         row = await conn.fetchrow("SELECT state, expires_at FROM carts WHERE id = $1", cart_id)
         if row is None or row["expires_at"] <= ctx.now:
             return page("message.html", status=404, site=site, title="Not found", lines=["No such cart."])
-        priced = await _price(conn, ctx, row["state"])
+        priced = await price_state(conn, ctx, row["state"])
     cart = {"line_items": priced.line_items, "totals": priced.totals, "currency": ctx.currency}
     return page("catalog_cart.html", site=site, title="Your cart", cart=cart)
 

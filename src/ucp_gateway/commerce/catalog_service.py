@@ -78,27 +78,38 @@ async def search(conn: asyncpg.Connection, ctx: CommerceContext, data: Any) -> O
 
 async def lookup(conn: asyncpg.Connection, ctx: CommerceContext, data: Any) -> Outcome:
     """``POST /catalog/lookup`` (UCP lookup.md): products by product id, variant id, SKU, GTIN or
-    handle, one query; unknown ids are left out, each named by an info ``not_found`` message."""
-    ids = parse_lookup(data)
+    handle, one query, narrowed by ``filters`` after resolution; unknown ids are left out, each
+    named by an info ``not_found`` message (an id whose variants the filters drop is left out
+    without one: it is known, and not what was asked for)."""
+    ids, filters = parse_lookup(data, shop_currency=ctx.currency)
     rows = await catalog_store.lookup_rows(conn, ids, cap=len(ids) * 2)
-    products = lookup_products(rows, ctx.shop.base_url)
-    found = {i["id"] for p in products for v in p["variants"] for i in v["inputs"]}
+    products = lookup_products(rows, ctx.shop.base_url, filters)
+    resolved = {h["input"] for r in rows if r["variants"] for h in r["hits"]}
     body: dict[str, Any] = {"ucp": catalog_ucp(ctx, CATALOG_LOOKUP), "products": products}
-    missing = [i for i in ids if i not in found]
+    missing = [i for i in ids if i not in resolved]
     if missing:
         body["messages"] = [info(i, code="not_found") for i in missing]
     return Outcome(200, body)
 
 
+def _not_found(ctx: CommerceContext, content: str) -> Outcome:
+    ucp = dict(catalog_ucp(ctx, CATALOG_LOOKUP), status="error")
+    msg = error("not_found", content, severity="unrecoverable", path="$.id")
+    return Outcome(200, {"ucp": ucp, "messages": [msg]})
+
+
 async def get_product(conn: asyncpg.Connection, ctx: CommerceContext, data: Any) -> Outcome:
     """``POST /catalog/product`` (UCP lookup.md "Get Product"): one product with its options'
-    availability relative to the selection; unknown id: 200 with ``ucp.status`` error and an
-    unrecoverable ``not_found`` (agents must not retry it)."""
-    pid, selected, prefs = parse_get(data)
+    availability relative to the selection, among the variants ``filters`` keep; unknown id: 200
+    with ``ucp.status`` error and an unrecoverable ``not_found`` (agents must not retry it). A
+    product (or named variant) the filters leave nothing of answers the same ``not_found``, saying so."""
+    pid, selected, prefs, filters = parse_get(data, shop_currency=ctx.currency)
     row = await catalog_store.get_rows(conn, pid)
     if row is None or not row["variants"]:
-        ucp = dict(catalog_ucp(ctx, CATALOG_LOOKUP), status="error")
-        msg = error("not_found", f"Product {pid[:200]!r} not found.", severity="unrecoverable", path="$.id")
-        return Outcome(200, {"ucp": ucp, "messages": [msg]})
-    body = {"ucp": catalog_ucp(ctx, CATALOG_LOOKUP), "product": product_detail(row, ctx.shop.base_url, selected, prefs)}
-    return Outcome(200, body)
+        return _not_found(ctx, f"Product {pid[:200]!r} not found.")
+    kept = filters.variants(row)
+    named = any(v["id"] == row["input"] for v in row["variants"])
+    if not kept or (named and not any(v["id"] == row["input"] for v in kept)):
+        return _not_found(ctx, f"Product {pid[:200]!r} has no variant matching the filters.")
+    detail = product_detail(dict(row, variants=kept), ctx.shop.base_url, selected, prefs)
+    return Outcome(200, {"ucp": catalog_ucp(ctx, CATALOG_LOOKUP), "product": detail})

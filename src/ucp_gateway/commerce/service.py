@@ -11,7 +11,7 @@ idempotency record). Database errors abort the whole transaction.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +32,7 @@ from .validation import InvalidRequest, parse_complete, parse_state
 
 __all__ = [
     "HANDOFF_CODE",
+    "UCP_VERSION",
     "CommerceContext",
     "Outcome",
     "cancel",
@@ -39,6 +40,7 @@ __all__ = [
     "create",
     "get",
     "get_order",
+    "price_state",
     "simulate_shipping",
     "update",
     "wire",
@@ -124,7 +126,9 @@ def _not_found(ctx: CommerceContext, what: str) -> Outcome:
     )
 
 
-async def _price(conn: asyncpg.Connection, ctx: CommerceContext, state: dict[str, Any]):
+async def price_state(conn: asyncpg.Connection, ctx: CommerceContext, state: dict[str, Any]):
+    """The checkout pricing of a writable state (line items, buyer, codes) against the catalogue:
+    one pricing code for checkouts and carts (:func:`.checkout.price_checkout`)."""
     catalog = await repo.load_catalog(
         conn,
         [li["item"]["id"] for li in state["line_items"]],
@@ -148,24 +152,23 @@ def _render(ctx: CommerceContext, cid: str, state, priced, status, expires_at, *
     )
 
 
-async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str, Any]) -> Outcome:
+async def create(
+    conn: asyncpg.Connection,
+    ctx: CommerceContext,
+    data: dict[str, Any],
+    *,
+    neutral: bool = False,
+    before_write: Callable[[str], Awaitable[None]] | None = None,
+) -> Outcome:
     """``POST /checkout-sessions`` (UCP checkout.md "Create"): 201 with the checkout, or HTTP 200
-    with an error envelope when no requested item can be sold. With ``cart_id`` (UCP cart
-    "Cart-to-Checkout Conversion"): the cart's contents (:func:`.carts.checkout_input`), or its open
-    checkout, answered as by get (200)."""
-    cart_id = data.get("cart_id") if isinstance(data, dict) else None
-    if cart_id is not None:
-        from . import carts  # carts builds on this module
-
-        open_id, data = await carts.checkout_input(conn, ctx, data)
-        if open_id is not None:
-            return await get(conn, ctx, open_id)
-        if data is None:
-            return _not_found(ctx, "Cart")
-    else:  # a cart's contents are neutral already; a body is in the caller's version
+    with an error envelope when no requested item can be sold. ``data`` is in the caller's version
+    unless ``neutral`` (a cart's contents, :func:`.carts.create_checkout`); ``before_write(id)``
+    runs in the transaction once the checkout will be created, before it is written (the
+    checkout's insert is the operation's last write)."""
+    if not neutral:
         data = from_wire("checkout.request", data, ctx.version)
     state = parse_state(data, update=False)
-    priced = await _price(conn, ctx, state)
+    priced = await price_state(conn, ctx, state)
     if priced.nothing_purchasable:
         msgs = [dict(m, severity="unrecoverable") for m in priced.messages if m["type"] == "error"]
         msgs = [m for m in msgs if m["code"] != "missing"] or msgs
@@ -174,10 +177,8 @@ async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: dict[str,
     cid = f"chk_{uuid.uuid4().hex}"
     expires_at = ctx.now + ctx.ttl
     body = _render(ctx, cid, state, priced, priced.status, expires_at)
-    if cart_id is not None:
-        from . import carts
-
-        await carts.link_checkout(conn, ctx, cart_id, cid)
+    if before_write is not None:
+        await before_write(cid)
     await repo.insert_checkout(
         conn,
         ctx.company_id,

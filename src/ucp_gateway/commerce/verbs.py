@@ -38,7 +38,7 @@ from . import carts, catalog_service, service
 from .service import CommerceContext, Outcome
 from .validation import parse_json
 
-__all__ = ["CURRENT", "VERB_OPS", "provide", "result_of"]
+__all__ = ["CURRENT", "VERB_OPS", "provide", "result_of", "wire_kind"]
 
 #: The request's CommerceContext, set by the REST handler around the dispatch (same task).
 CURRENT: contextvars.ContextVar[CommerceContext] = contextvars.ContextVar("ucpgw_commerce_ctx")
@@ -66,7 +66,7 @@ async def _cancel(conn: asyncpg.Connection, ctx: CommerceContext, args: dict[str
 
 
 VERB_OPS: dict[str, tuple[RiskClass, Op]] = {
-    "checkout.create": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: service.create(c, x, _body(a))),
+    "checkout.create": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: carts.create_checkout(c, x, _body(a))),
     "checkout.get": (RiskClass.READ, lambda c, x, a: service.get(c, x, a["id"])),
     "checkout.update": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: service.update(c, x, a["id"], _body(a))),
     "checkout.complete": (RiskClass.WRITE_FINANCIAL, lambda c, x, a: service.complete(c, x, a["id"], _body(a))),
@@ -85,6 +85,13 @@ _WITH_ID = frozenset({"checkout.get", "checkout.update", "checkout.complete", "c
                       "cart.get", "cart.update", "cart.cancel"})  # fmt: skip
 _ENTITY = {"checkout": "checkout_session", "orders": "order", "catalog": "catalog", "cart": "cart"}
 _KIND = {"checkout": "checkout", "orders": "order", "catalog": "catalog", "cart": "cart"}
+
+
+def wire_kind(verb: str) -> str:
+    """The response's wire shape kind (``ucp_gateway.versions``) of a shopping verb."""
+    return _KIND[verb.split(".")[0]]
+
+
 _DESCRIPTIONS = {
     "checkout.create": "UCP create_checkout: price the line items from the catalogue and open a checkout session.",
     "checkout.get": "UCP get_checkout: the latest state of a checkout session.",
@@ -115,7 +122,7 @@ def result_of(out: Outcome, *, read: bool, entity: str) -> dict[str, Any]:
 
 def _handler(name: str, op: Op, read: bool):
     entity_type = _ENTITY[name.split(".")[0]]
-    kind = _KIND[name.split(".")[0]]  # the response's wire shape (ucp_gateway.versions kinds)
+    kind = wire_kind(name)
 
     async def handler(ctx: VerbContext) -> dict[str, Any]:
         cctx = CURRENT.get(None)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -53,9 +54,9 @@ from .context import (
 )
 from .idempotency import JSON, Stored, check_key, fingerprint, run_idempotent, serialize
 from .service import CommerceContext
-from .verbs import CURRENT, VERB_OPS, envelope_body, envelope_error
+from .verbs import CURRENT, VERB_OPS, envelope_body, envelope_error, wire_kind
 
-__all__ = ["COMMERCE_LIMITER", "REST_PREFIX", "SIMULATE_PATH", "setup", "spend_buyer_budget"]
+__all__ = ["COMMERCE_LIMITER", "REST_PREFIX", "ROUTES", "SIMULATE_PATH", "setup", "spend_buyer_budget"]
 
 REST_PREFIX = "/ucp/v1"  # = discovery.builder.REST_PATH (the advertised rest endpoint path)
 SIMULATE_PATH = "/testing/simulate-shipping/{order_id}"
@@ -174,8 +175,7 @@ async def run_verb(
 
 async def _direct(request, company, caller, ctx, verb, args, key, raw) -> web.Response:
     op = VERB_OPS[verb][1]
-
-    kind = "checkout" if verb.startswith("checkout") else "order"
+    kind = wire_kind(verb)  # the response's wire shape (a cart or catalog body is no order)
 
     async def run(conn: asyncpg.Connection) -> Stored:
         out = service.wire(await op(conn, ctx, args), ctx, kind)
@@ -199,57 +199,38 @@ async def _direct(request, company, caller, ctx, verb, args, key, raw) -> web.Re
     return _response(stored)
 
 
-async def create_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(request, "checkout.create", operation="checkout")
+#: The UCP REST routes (under :data:`REST_PREFIX`): (method, path, verb, negotiated operation, UCP
+#: operation name for metrics and the SLO view). complete_checkout needs an Idempotency-Key and is
+#: signed (UCP signatures.md: SHOULD); every other route dispatches the same way.
+ROUTES: tuple[tuple[str, str, str, str, str], ...] = (
+    ("POST", "/checkout-sessions", "checkout.create", "checkout", "create_checkout"),
+    ("GET", "/checkout-sessions/{id}", "checkout.get", "checkout", "get_checkout"),
+    ("PUT", "/checkout-sessions/{id}", "checkout.update", "checkout", "update_checkout"),
+    ("POST", "/checkout-sessions/{id}/complete", "checkout.complete", "checkout", "complete_checkout"),
+    ("POST", "/checkout-sessions/{id}/cancel", "checkout.cancel", "checkout", "cancel_checkout"),
+    ("GET", "/orders/{id}", "orders.get", "order", "get_order"),
+    ("POST", "/catalog/search", "catalog.search", "dev.ucp.shopping.catalog.search", "search_catalog"),
+    ("POST", "/catalog/lookup", "catalog.lookup", "dev.ucp.shopping.catalog.lookup", "lookup_catalog"),
+    ("POST", "/catalog/product", "catalog.product", "dev.ucp.shopping.catalog.lookup", "get_product"),
+    ("POST", "/carts", "cart.create", "cart", "create_cart"),
+    ("GET", "/carts/{id}", "cart.get", "cart", "get_cart"),
+    ("PUT", "/carts/{id}", "cart.update", "cart", "update_cart"),
+    ("POST", "/carts/{id}/cancel", "cart.cancel", "cart", "cancel_cart"),
+)
+_SIGNED = frozenset({"checkout.complete"})  # Idempotency-Key required, response signed
 
 
-async def get_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(request, "checkout.get", operation="checkout")
+def _route_handler(verb: str, operation: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The aiohttp handler of one UCP REST route: :func:`_dispatch` of ``verb``."""
+    signed = verb in _SIGNED
 
+    async def handler(request: web.Request) -> web.Response:
+        if signed:
+            _sign_response(request)
+        return await _dispatch(request, verb, operation=operation, require_key=signed)
 
-async def update_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(request, "checkout.update", operation="checkout")
-
-
-async def complete_checkout(request: web.Request) -> web.Response:
-    _sign_response(request)
-    return await _dispatch(request, "checkout.complete", operation="checkout", require_key=True)
-
-
-async def cancel_checkout(request: web.Request) -> web.Response:
-    return await _dispatch(request, "checkout.cancel", operation="checkout")
-
-
-async def get_order(request: web.Request) -> web.Response:
-    return await _dispatch(request, "orders.get", operation="order")
-
-
-async def search_catalog(request: web.Request) -> web.Response:
-    return await _dispatch(request, "catalog.search", operation="dev.ucp.shopping.catalog.search")
-
-
-async def lookup_catalog(request: web.Request) -> web.Response:
-    return await _dispatch(request, "catalog.lookup", operation="dev.ucp.shopping.catalog.lookup")
-
-
-async def get_product(request: web.Request) -> web.Response:
-    return await _dispatch(request, "catalog.product", operation="dev.ucp.shopping.catalog.lookup")
-
-
-async def create_cart(request: web.Request) -> web.Response:
-    return await _dispatch(request, "cart.create", operation="cart")
-
-
-async def get_cart(request: web.Request) -> web.Response:
-    return await _dispatch(request, "cart.get", operation="cart")
-
-
-async def update_cart(request: web.Request) -> web.Response:
-    return await _dispatch(request, "cart.update", operation="cart")
-
-
-async def cancel_cart(request: web.Request) -> web.Response:
-    return await _dispatch(request, "cart.cancel", operation="cart")
+    handler.__name__ = verb.replace(".", "_")
+    return handler
 
 
 def _decoded(request: web.Request, raw: bytes) -> bytes:
@@ -294,37 +275,9 @@ def setup(app: web.Application) -> None:
     if COMMERCE_LIMITER not in app:
         app[COMMERCE_LIMITER] = RateLimiter(settings.buyer_rate_limit)
     app[PROFILE_CACHE] = {}
-    p = REST_PREFIX
-    app.router.add_post(f"{p}/checkout-sessions", create_checkout)
-    app.router.add_get(f"{p}/checkout-sessions/{{id}}", get_checkout)
-    app.router.add_put(f"{p}/checkout-sessions/{{id}}", update_checkout)
-    app.router.add_post(f"{p}/checkout-sessions/{{id}}/complete", complete_checkout)
-    app.router.add_post(f"{p}/checkout-sessions/{{id}}/cancel", cancel_checkout)
-    app.router.add_get(f"{p}/orders/{{id}}", get_order)
-    app.router.add_post(f"{p}/catalog/search", search_catalog)  # UCP catalog rest.md
-    app.router.add_post(f"{p}/catalog/lookup", lookup_catalog)
-    app.router.add_post(f"{p}/catalog/product", get_product)
-    app.router.add_post(f"{p}/carts", create_cart)  # UCP cart rest.md
-    app.router.add_get(f"{p}/carts/{{id}}", get_cart)
-    app.router.add_put(f"{p}/carts/{{id}}", update_cart)
-    app.router.add_post(f"{p}/carts/{{id}}/cancel", cancel_cart)
-    metrics.OPERATIONS.update(
-        {  # the UCP operation of each route, for the metrics and the SLO view
-            ("POST", f"{p}/checkout-sessions"): "create_checkout",
-            ("GET", f"{p}/checkout-sessions/{{id}}"): "get_checkout",
-            ("PUT", f"{p}/checkout-sessions/{{id}}"): "update_checkout",
-            ("POST", f"{p}/checkout-sessions/{{id}}/complete"): "complete_checkout",
-            ("POST", f"{p}/checkout-sessions/{{id}}/cancel"): "cancel_checkout",
-            ("GET", f"{p}/orders/{{id}}"): "get_order",
-            ("POST", f"{p}/catalog/search"): "search_catalog",
-            ("POST", f"{p}/catalog/lookup"): "lookup_catalog",
-            ("POST", f"{p}/catalog/product"): "get_product",
-            ("POST", f"{p}/carts"): "create_cart",
-            ("GET", f"{p}/carts/{{id}}"): "get_cart",
-            ("PUT", f"{p}/carts/{{id}}"): "update_cart",
-            ("POST", f"{p}/carts/{{id}}/cancel"): "cancel_cart",
-        }
-    )
+    for method, path, verb, operation, name in ROUTES:
+        app.router.add_route(method, REST_PREFIX + path, _route_handler(verb, operation))
+        metrics.OPERATIONS[(method, REST_PREFIX + path)] = name  # the metrics' and SLO view's operation
     if settings.simulation_secret is not None:
         app.router.add_post(SIMULATE_PATH, simulate_shipping)
     setup_pages(app)  # the buyer-facing pages that continue_url, links[] and permalink_url name

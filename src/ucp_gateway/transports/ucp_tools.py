@@ -209,7 +209,7 @@ def ucp_tools() -> dict[str, McpTool]:
 
     tools = [
         _tool("create_checkout", "checkout.create", "checkout",
-              lambda c, ctx, a: service.create(c, ctx, _checkout_arg(a)),
+              lambda c, ctx, a: carts.create_checkout(c, ctx, _checkout_arg(a)),
               _schema(checkout="create"), "Create a checkout session (UCP checkout.md Create).", body=_checkout_arg),
         _tool("get_checkout", "checkout.get", "checkout", lambda c, ctx, a: service.get(c, ctx, _id_arg(a)),
               _schema(id_=True), "Get a checkout session by id."),
