@@ -152,6 +152,16 @@ async def _seed(pool, company_id, tag: str) -> None:
             )
             await _cart(conn, company_id, f"{tag}-{key}", expires_at=expires)
             await conn.execute(
+                "INSERT INTO mcp_elicitations (company_id, id_hash, caller, tool, args_digest, state, created_at,"
+                " expires_at) VALUES ($1, $2, $3, 'complete_checkout', $4, '{}', $5::timestamptz - interval '5 min',"
+                " $5)",
+                company_id,
+                uuid.uuid4().bytes * 2,
+                f"{tag}-{key}",
+                "0" * 64,
+                expires,
+            )
+            await conn.execute(
                 "INSERT INTO checkout_page_tokens (company_id, token_hash, checkout_id, csrf_hash, digest, issued_at,"
                 " expires_at) VALUES ($1, $2, $3, $2, $4, $5::timestamptz - interval '1 hour', $5)",
                 company_id,
@@ -241,6 +251,7 @@ async def _keys(pool, company_id) -> dict[str, set[str]]:
             "carts": {r[0] for r in await conn.fetch("SELECT id FROM carts")},
             # a cart's checkout link goes with the cart (migration 0120)
             "cart_checkouts": {r[0] for r in await conn.fetch("SELECT cart_id FROM cart_checkouts")},
+            "mcp_elicitations": {r[0] for r in await conn.fetch("SELECT caller FROM mcp_elicitations")},
             "request_slo_minutes": {
                 r[0].replace("_", "-") for r in await conn.fetch("SELECT operation FROM request_slo_minutes")
             },

@@ -92,6 +92,7 @@ RULES: tuple[Rule, ...] = (
     Rule("oauth_access_tokens", "expires_at"),  # a bearer token is refused after expires_at (migration 0105)
     # an expired cart answers not_found (commerce.carts); its checkout link goes with it (migration 0120)
     Rule("carts", "expires_at"),
+    Rule("mcp_elicitations", "expires_at"),  # a question asked inside an MCP call is not answered after it
     # a day's counters count only on that UTC day (verbs.store.reserve_cap, count_principal); a few
     # rows per principal and day, so no index: the batch's scan is short
     Rule("verb_daily_usage", "day", USAGE_KEEP, by_day=True),

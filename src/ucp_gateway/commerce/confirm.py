@@ -26,12 +26,14 @@ import asyncpg
 
 from ..htmlpage import new_token, token_hash
 from ..verbs.consent import canonical_bytes
-from .status import status_for_messages
+from . import repo
+from .status import TERMINAL, status_for_messages, transition
 
 __all__ = [
     "PAGE_RESOLVES",
     "body_digest",
     "checkout_digest",
+    "confirm_as_shown",
     "escalations",
     "has_confirmation",
     "issue_page_token",
@@ -148,3 +150,31 @@ async def has_confirmation(conn: asyncpg.Connection, checkout_id: str, digest: s
             "SELECT true FROM checkout_confirmations WHERE checkout_id = $1 AND digest = $2", checkout_id, digest
         )
     )
+
+
+async def confirm_as_shown(
+    conn: asyncpg.Connection, company_id, checkout_id: str, digest: str, *, now: datetime
+) -> str:
+    """The buyer confirms ``checkout_id`` as they were shown it (``digest``): the escalations the
+    page resolves are dropped, the status recomputed (``recompute:<status>``) and the confirmation
+    recorded, in the caller's tenant transaction (the row locked). Returns ``""`` once confirmed, or
+    why not: ``missing``, ``closed`` (terminal or expired), ``changed`` (another digest now),
+    ``nothing`` (no escalation this confirmation resolves). Writes nothing when it refuses.
+    Used by the ``continue_url`` page and by consent asked inside an MCP call."""
+    row = await repo.get_checkout(conn, checkout_id, for_update=True)
+    if row is None:
+        return "missing"
+    if row["status"] in TERMINAL or row["expires_at"] <= now:
+        return "closed"
+    body = row["body"]
+    if body_digest(body) != digest:
+        return "changed"
+    codes = frozenset(m["code"] for m in escalations(body) if m["action"] == "confirm")
+    if row["status"] != "requires_escalation" or not codes:
+        return "nothing"
+    new_body, derived = resolved_body(body, codes)
+    new_body["status"] = transition(row["status"], f"recompute:{derived}")
+    total = next((t["amount"] for t in body.get("totals") or [] if t["type"] == "total"), 0)
+    await record_confirmation(conn, company_id, checkout_id, digest, total, ",".join(sorted(codes)), now=now)
+    await repo.update_checkout(conn, checkout_id, status=new_body["status"], state=row["state"], body=new_body, now=now)
+    return ""

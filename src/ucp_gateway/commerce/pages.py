@@ -54,7 +54,7 @@ from .checkout import rfc3339
 from .context import company_of
 from .orders import render_order
 from .service import _adj_wire, _event_wire  # the API's own wire shapes of order rows
-from .status import TERMINAL, transition
+from .status import TERMINAL
 
 __all__ = [
     "CSRF_COOKIE",
@@ -262,6 +262,12 @@ async def checkout_page(request: web.Request, company: Company) -> web.Response:
     return resp
 
 
+_NOT_CONFIRMED = {
+    "missing": ("Not found", "This checkout does not exist."),
+    "closed": ("Not confirmed", "This checkout is no longer open."),
+    "changed": ("Not confirmed", "The checkout changed since you opened it: review it again."),
+    "nothing": ("Nothing to confirm", "This checkout needs no confirmation now."),
+}
 _REFUSED = {
     "invalid": "This confirmation is not valid for this checkout.",
     "used": "This confirmation was already used.",
@@ -291,30 +297,9 @@ async def confirm_checkout(request: web.Request, company: Company) -> web.Respon
         digest, why = await confirm.spend_page_token(conn, cid, token, csrf, now=now)
         if digest is None:
             return _message(shop, "Not confirmed", _REFUSED[why], "Open the checkout again.", status=409, back=back)
-        row = await repo.get_checkout(conn, cid, for_update=True)
-        if row is None:
-            return _not_found(shop, "checkout")
-        if row["status"] in TERMINAL or row["expires_at"] <= now:
-            return _message(shop, "Not confirmed", "This checkout is no longer open.", status=409, back=back)
-        body = row["body"]
-        if confirm.body_digest(body) != digest:
-            return _message(
-                shop,
-                "Not confirmed",
-                "The checkout changed since you opened it: review it again.",
-                status=409,
-                back=back,
-            )
-        codes = frozenset(m["code"] for m in confirm.escalations(body) if m["action"] == "confirm")
-        if row["status"] != "requires_escalation" or not codes:
-            return _message(
-                shop, "Nothing to confirm", "This checkout needs no confirmation now.", status=409, back=back
-            )
-        new_body, derived = confirm.resolved_body(body, codes)
-        new_body["status"] = transition(row["status"], f"recompute:{derived}")
-        total = next((t["amount"] for t in body.get("totals") or [] if t["type"] == "total"), 0)
-        await confirm.record_confirmation(conn, company.id, cid, digest, total, ",".join(sorted(codes)), now=now)
-        await repo.update_checkout(conn, cid, status=new_body["status"], state=row["state"], body=new_body, now=now)
+        why = await confirm.confirm_as_shown(conn, company.id, cid, digest, now=now)
+    if why:
+        return _message(shop, *_NOT_CONFIRMED[why], status=404 if why == "missing" else 409, back=back)
     raise web.HTTPSeeOther(f"{back}?confirmed=1", headers=dict(PAGE_HEADERS))
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "Request",
     "RpcError",
     "batch_allowed",
+    "error_for",
     "error_response",
     "handle_payload",
     "rpc_error_from_gateway",
@@ -202,6 +203,11 @@ def _default_on_error(exc: Exception) -> RpcError:
     if isinstance(exc, GatewayError):
         return rpc_error_from_gateway(exc)
     return RpcError(INTERNAL_ERROR, "internal error", {"code": "internal_error"}, http_status=500)
+
+
+def error_for(exc: Exception) -> RpcError:
+    """The JSON-RPC error of an exception raised by a method handler (what :func:`handle_payload` answers)."""
+    return exc if isinstance(exc, RpcError) else _default_on_error(exc)
 
 
 async def handle_payload(

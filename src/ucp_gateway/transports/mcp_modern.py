@@ -50,7 +50,7 @@ def check_modern(headers: Mapping[str, str], message: Any, version: str) -> RpcE
 def stamp_result(method: str | None, body: Any) -> Any:
     """A response body with the fields 2026-07-28 requires on its result (others unchanged)."""
     if isinstance(body, dict) and isinstance(body.get("result"), dict):
-        result = {**body["result"], "resultType": "complete"}
+        result = {"resultType": "complete", **body["result"]}  # input_required (mcp_elicit) keeps its own
         if method == "tools/list":
             result.update(ttlMs=_TOOLS_TTL_MS, cacheScope="private")
         return {**body, "result": result}

@@ -2,8 +2,10 @@
 
 UCP checkout-mcp.md / overview "Transport Layer" and the MCP 2025-11-25 "Streamable HTTP"
 transport: the client POSTs one JSON-RPC message (a batch only under 2025-03-26) and gets
-``application/json`` back; notifications get 202. This server is stateless: it issues no
-``Mcp-Session-Id``, and answers GET (no server-initiated stream) and DELETE with 405.
+``application/json`` back; notifications get 202. This server keeps no session: GET (no
+standalone stream) and DELETE are 405. A call that needs the person's confirmation asks it inside
+the call where the client declared elicitation (:mod:`.mcp_elicit`: a request-scoped SSE stream, or
+2026-07-28's ``input_required``; the only ``Mcp-Session-Id`` is a signed copy of that declaration).
 
 Methods: ``server/discover``, ``initialize``, ``ping``, ``tools/list``, ``tools/call`` (+
 ``notifications/*``). The first four need no credentials, whatever the company's signature policy
@@ -32,8 +34,8 @@ body size) are rewritten by :func:`mcp_error_wrapper`; business outcomes are ``r
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,7 +44,7 @@ from aiohttp import web
 from .. import __version__, metrics
 from ..appkeys import DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS, open_door
 from ..commerce.context import UNVERIFIED
-from ..errors import BadRequest, GatewayError, NotFound
+from ..errors import GatewayError, NotFound
 from ..httpsig.errors import SignatureMissing
 from ..httpsig.web import count_policy_refusal, effective_mode, mark_for_signing
 from ..jsonbody import InvalidJson, loads_strict
@@ -53,9 +55,12 @@ from ..verbs.manifest import listed, published
 from ..verbs.policy import Principal, is_blocked_name
 from ..verbs.web import VERBS
 from . import jsonrpc
+from . import mcp_elicit as elicit
 from .jsonrpc import INVALID_PARAMS, Request, RpcError
+from .mcp_consent import checkout_ask, declared_modes, verb_ask
 from .mcp_listing import discover_result, filter_ucp_tools
 from .mcp_modern import MODERN_VERSIONS, check_modern, stamp_result
+from .mcp_tooldefs import MCP_TOOLS, InvalidProfileUrl, McpCall, McpTool, MissingProfile, profile_from_meta
 from .mcp_tools import call_result, split_control, verb_tools
 from .names import from_tool_name
 
@@ -74,6 +79,7 @@ __all__ = [
 ]
 
 MCP_PATH = "/ucp/mcp"
+_SESSION = web.RequestKey("ucpgw.mcp_session", str)  # the Mcp-Session-Id an initialize answers with
 # handshake revisions we speak, oldest first; the last is offered when the client asks for another
 PROTOCOL_VERSIONS: tuple[str, ...] = ("2025-03-26", "2025-06-18", "2025-11-25")
 SURFACE = "ucp"
@@ -82,58 +88,6 @@ _INSTRUCTIONS = (
     "UCP MCP binding of this business: shopping tools and agent verbs. "
     'Pass meta["ucp-agent"].profile in every tool call.'
 )
-
-
-class InvalidProfileUrl(BadRequest):
-    code = "invalid_profile_url"
-
-
-class MissingProfile(InvalidProfileUrl):
-    """No ``meta["ucp-agent"].profile`` on a tool call: invalid params (HTTP 400, ``-32602``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class McpCall:
-    """What a non-verb MCP tool gets: the request, company, principal, arguments (``meta`` included)."""
-
-    request: web.Request
-    company: Any
-    principal: Principal
-    arguments: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class McpTool:
-    """A non-verb tool (UCP checkout operations): its MCP ``Tool`` definition and handler returning
-    the UCP payload (put in ``structuredContent``). Handlers raise GatewayError for protocol errors.
-
-    ``signed``: every response to a call of this tool is signed (complete_checkout: UCP
-    signatures.md, as the REST binding signs every complete response). ``tools/call`` asks the
-    signature layer as soon as it has the tool's name, before anything can fail (arguments, the
-    caller's profile, negotiation, the idempotency key), so a refusal is signed like a success."""
-
-    definition: dict[str, Any]
-    call: Callable[[McpCall], Awaitable[Mapping[str, Any]]]
-    signed: bool = False
-    capability: str | None = None  # the UCP capability that lists it (None: mcp_listing's table)
-
-
-MCP_TOOLS = web.AppKey("ucpgw.mcp_tools", dict)  # name -> McpTool
-
-
-def profile_from_meta(arguments: Mapping[str, Any], *, allow_http: bool) -> str:
-    """``arguments.meta["ucp-agent"].profile`` (UCP checkout-mcp.md). Raises InvalidProfileUrl."""
-    meta = arguments.get("meta")
-    agent = meta.get("ucp-agent") if isinstance(meta, Mapping) else None
-    profile = agent.get("profile") if isinstance(agent, Mapping) else None
-    if profile is None:
-        raise MissingProfile('meta["ucp-agent"].profile is required')
-    if not isinstance(profile, str) or len(profile) > 2048:
-        raise InvalidProfileUrl('meta["ucp-agent"].profile must be an https URL')
-    parts = urlsplit(profile)
-    if parts.scheme not in (("https", "http") if allow_http else ("https",)) or not parts.hostname:
-        raise InvalidProfileUrl('meta["ucp-agent"].profile must be an https URL')
-    return profile
 
 
 async def principal_for(request: web.Request, company: Any) -> Principal | None:
@@ -189,8 +143,12 @@ class _Handlers:
 
     async def initialize(self, req: Request) -> dict[str, Any]:
         params = req.params if isinstance(req.params, Mapping) else {}
+        version = _negotiate(params.get("protocolVersion"))
+        modes = declared_modes(params.get("capabilities"), version)
+        if modes:  # the declaration travels in the session id (mcp_elicit): no state is kept here
+            self.request[_SESSION] = elicit.session_token(self.request.app, self.company.id, modes, version)
         return {
-            "protocolVersion": _negotiate(params.get("protocolVersion")),
+            "protocolVersion": version,
             "capabilities": {"tools": {"listChanged": False}},
             "serverInfo": {"name": "ucp-gateway", "version": __version__},
             "instructions": _INSTRUCTIONS,
@@ -271,7 +229,21 @@ class _Handlers:
         if tool is not None:
             self.request[metrics.OPERATION] = tool.definition["name"]  # create_checkout, ...: bounded
             principal = self._caller(arguments)
-            payload = await tool.call(McpCall(self.request, self.company, principal, arguments))
+
+            async def run(tool_name: str, args: Mapping[str, Any]) -> Mapping[str, Any]:
+                return await self.tools[tool_name].call(McpCall(self.request, self.company, principal, args))
+
+            async def resume(state: Mapping[str, Any], mode: str, answer: Any) -> dict[str, Any]:
+                out = await elicit.resume_checkout(self.request, self.company.id, arguments, run, state, mode, answer)
+                return call_result(out, is_error=False)
+
+            if "requestState" in params:  # 2026-07-28: the retry of a call that asked the person
+                return await self._resumed(params, principal, name, arguments, resume)
+            payload = await run(name, arguments)
+            merchant = self.company.display_name or self.company.slug
+            ask = checkout_ask(payload, arguments, merchant) if name == "complete_checkout" else None
+            if ask is not None:
+                self.request[elicit.ASKED] = elicit.Asked(ask, principal.key, name, arguments, resume)
             return call_result(payload, is_error=False)
         verb = from_tool_name(name)
         if verb not in self.rt.registry and not is_blocked_name(verb):
@@ -281,8 +253,30 @@ class _Handlers:
             self.rt.admit(self.request, principal, self.company)
         body = split_control(name, {k: v for k, v in arguments.items() if k != "meta"})
         call = _call_from(body)
-        env = await self.rt.dispatcher.dispatch(principal, call, company=self.company)
+
+        async def dispatch(c: Call) -> Mapping[str, Any]:
+            return await self.rt.dispatcher.dispatch(principal, c, company=self.company)
+
+        async def resume_verb(state: Mapping[str, Any], mode: str, answer: Any) -> dict[str, Any]:
+            return call_result(await elicit.resume_verb(call.args, dispatch, state, mode, answer))
+
+        if "requestState" in params:
+            return await self._resumed(params, principal, name, arguments, resume_verb)
+        env = await dispatch(call)
+        ask = verb_ask(env, call.verb, call.idempotency_key)
+        if ask is not None:
+            self.request[elicit.ASKED] = elicit.Asked(ask, principal.key, name, arguments, resume_verb)
         return call_result(env)
+
+    async def _resumed(self, params: Mapping[str, Any], principal: Principal, name: str,
+                       arguments: Mapping[str, Any], resume: elicit.Resume) -> dict[str, Any]:  # fmt: skip
+        """A 2026-07-28 retry with ``requestState``: its question spent once, the call resumed with
+        ``inputResponses.confirm`` (mcp_elicit)."""
+        state = await elicit.spend_state(self.request, self.company.id, params.get("requestState"),
+                                         caller=principal.key, tool=name, arguments=arguments)  # fmt: skip
+        responses = params.get("inputResponses")
+        answer = responses.get("confirm") if isinstance(responses, Mapping) else None
+        return await resume(state, str(state.get("mode")), answer)
 
 
 def _call_from(body: Mapping[str, Any]) -> Call:
@@ -336,20 +330,30 @@ async def mcp_post(request: web.Request) -> web.Response:
         err = RpcError(jsonrpc.INVALID_REQUEST, problem, {"code": "unsupported_media_type"}, http_status=415)
         return json_response(jsonrpc.error_response(_request_id(body), err), status=415)
     handlers = _Handlers(request, company, principal)
+    try:
+        message = loads_strict(body)
+    except InvalidJson:
+        message = None
     if version in MODERN_VERSIONS:  # stateless revision: headers and _meta on every request, stamped results
-        try:
-            message = loads_strict(body)
-        except InvalidJson:
-            message = None
         err = check_modern(request.headers, message, version)
         if err is not None:
             return json_response(jsonrpc.error_response(_request_id(body), err), status=err.http_status)
-        outcome = await jsonrpc.handle_payload(body, handlers.methods(), allow_batch=False)
+    elif elicit.is_response(message):  # the client's answer to a question we asked (mcp_elicit)
+        return await elicit.answer_post(request, company.id, principal.key if principal else None, message)
+    outcome = await jsonrpc.handle_payload(body, handlers.methods(), allow_batch=jsonrpc.batch_allowed(version)
+                                           and version not in MODERN_VERSIONS)  # fmt: skip
+    asked = await elicit.ask_person(request, company.id, version, message, jsonrpc.error_for)
+    if isinstance(asked, web.StreamResponse):
+        return asked
+    if asked is not None:
+        outcome = jsonrpc.Outcome(jsonrpc.success_response(message["id"], asked), 200)
+    if version in MODERN_VERSIONS:
         method = message.get("method") if isinstance(message, dict) else None
-        return _rpc_response(jsonrpc.Outcome(stamp_result(method, outcome.body), outcome.http_status))
-    return _rpc_response(
-        await jsonrpc.handle_payload(body, handlers.methods(), allow_batch=jsonrpc.batch_allowed(version))
-    )
+        outcome = jsonrpc.Outcome(stamp_result(method, outcome.body), outcome.http_status)
+    resp = _rpc_response(outcome)
+    if _SESSION in request:
+        resp.headers[elicit.SESSION_HEADER] = request[_SESSION]
+    return resp
 
 
 async def mcp_get(request: web.Request) -> web.Response:

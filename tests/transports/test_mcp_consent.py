@@ -1,0 +1,215 @@
+"""Consent inside an MCP call, with the official SDK client against a real server socket: a
+complete_checkout above the agent's amount limit asks the buyer through the client's elicitation
+(a request-scoped SSE stream on 2025-11-25, an input_required round trip on 2026-07-28); a yes
+completes it once, a no leaves the escalation and its continue_url; a replayed answer or state runs
+nothing; a client that declared no elicitation (or an older revision) gets the escalation."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx2
+import mcp_types as types
+import pytest
+from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric import ec
+from mcp import Client, ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from tests.commerce.conftest import Platform
+from tests.transports.test_ucp_mcp_checkout import SigningAuth, _meta
+from ucp_gateway.app import create_app
+from ucp_gateway.clock import SystemClock
+from ucp_gateway.db import tenant_tx
+from ucp_gateway.demo.seed import seed_demo
+from ucp_gateway.keys import ensure_active_key
+from ucp_gateway.transports.agentkey import AgentKey
+
+LIMIT = 1000  # minor units: two ceramic pots with shipping are above it
+PAY = {"payment": {"instruments": [{"id": "instr_1", "handler_id": "mock_payment_handler", "type": "card",
+                                    "credential": {"type": "token", "token": "success_token"}}]}}  # fmt: skip
+
+
+@pytest.fixture
+async def shop(database, db_settings):
+    key = ec.generate_private_key(ec.SECP256R1())
+    platform = await Platform().start()
+    agent = AgentKey("agent-key-1", key, f"{platform.base}/profile/a.json")
+    platform.signing_keys = [agent.public_jwk()]
+    company = (await seed_demo(database, db_settings)).company
+    s = db_settings.model_copy(update={"webhook_worker": False, "dev_profile_hosts": ["127.0.0.1"],
+                                       "public_scheme": "http", "buyer_max_order_amount": LIMIT})  # fmt: skip
+    runner = web.AppRunner(create_app(s, database=database))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    await ensure_active_key(database.pool, company.id, now=SystemClock().now())
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", agent, company
+    finally:
+        await runner.cleanup()
+        await platform.runner.cleanup()
+
+
+class Person:
+    """The elicitation callback: records what was asked and answers as told."""
+
+    def __init__(self, action: str = "accept", content: dict | None = None):
+        self.action, self.content, self.asked, self.ids = action, content, [], []
+
+    async def __call__(self, context, params):
+        self.asked.append(params)
+        self.ids.append(context.request_id)
+        content = self.content if self.action == "accept" and params.mode == "form" else None
+        return types.ElicitResult(action=self.action, content=content)
+
+
+async def _ready(s, agent) -> dict:
+    """A checkout of two ceramic pots shipped to the US, ready to complete (above LIMIT)."""
+    create = {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 2}]}
+    co = (await s.call_tool("create_checkout", {"meta": _meta(agent), "checkout": create})).structured_content
+    upd = {**create, "fulfillment": {"methods": [{"type": "shipping", "destinations": [{
+        "id": "home", "street_address": "1 Elm St", "address_locality": "Springfield",
+        "postal_code": "62704", "address_country": "US"}], "selected_destination_id": "home"}]}}  # fmt: skip
+    co = (
+        await s.call_tool("update_checkout", {"meta": _meta(agent), "id": co["id"], "checkout": upd})
+    ).structured_content
+    group = co["fulfillment"]["methods"][0]["groups"][0]
+    upd["fulfillment"]["methods"][0]["groups"] = [{"id": group["id"], "selected_option_id": group["options"][0]["id"]}]
+    co = (
+        await s.call_tool("update_checkout", {"meta": _meta(agent), "id": co["id"], "checkout": upd})
+    ).structured_content
+    assert co["status"] == "ready_for_complete", co
+    assert next(t["amount"] for t in co["totals"] if t["type"] == "total") > LIMIT
+    return co
+
+
+def _client(base, agent, http, person, mode):
+    transport = streamable_http_client(base + "/ucp/mcp", http_client=http)
+    return Client(transport, mode=mode, elicitation_callback=person)
+
+
+async def _orders(database, company, cid) -> int:
+    async with tenant_tx(database.pool, company.id) as conn:
+        return await conn.fetchval("SELECT count(*) FROM orders WHERE checkout_id = $1", cid)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_the_buyer_confirms_inside_the_call_and_it_completes_once(shop, database, mode):
+    base, agent, company = shop
+    person = Person(content={"agree": True})
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with _client(base, agent, http, person, mode) as c:
+            assert c.protocol_version == ("2025-11-25" if mode == "legacy" else mode)
+            co = await _ready(c, agent)
+            done = await c.call_tool("complete_checkout", {"meta": _meta(agent, str(uuid.uuid4())), "id": co["id"],
+                                                           "checkout": PAY})  # fmt: skip
+    body = done.structured_content
+    assert body["status"] == "completed" and body["order"]["id"].startswith("ord_"), body
+    assert len(person.asked) == 1 and person.asked[0].mode == "form"
+    asked = person.asked[0]
+    assert "Confirm your order" in asked.message and "Ceramic" in asked.message
+    assert asked.requested_schema["required"] == ["agree"]
+    assert await _orders(database, company, co["id"]) == 1
+    async with tenant_tx(database.pool, company.id) as conn:
+        spent = await conn.fetchval("SELECT count(*) FROM mcp_elicitations WHERE spent_at IS NOT NULL")
+        confirmed = await conn.fetchval("SELECT count(*) FROM checkout_confirmations WHERE checkout_id = $1", co["id"])
+    assert spent == 1 and confirmed == 1
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_a_no_leaves_the_escalation_and_its_continue_url(shop, database, mode, action):
+    base, agent, company = shop
+    person = Person(action)
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with _client(base, agent, http, person, mode) as c:
+            co = await _ready(c, agent)
+            res = await c.call_tool("complete_checkout", {"meta": _meta(agent, str(uuid.uuid4())), "id": co["id"],
+                                                          "checkout": PAY})  # fmt: skip
+    body = res.structured_content
+    assert len(person.asked) == 1
+    assert body["status"] == "requires_escalation" and body["continue_url"].endswith(f"/checkout-sessions/{co['id']}")
+    assert any(m["code"] == "amount_limit_exceeded" for m in body["messages"])
+    assert await _orders(database, company, co["id"]) == 0
+
+
+async def test_a_form_that_does_not_agree_is_a_no(shop, database):
+    base, agent, company = shop
+    person = Person(content={"agree": False})
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with _client(base, agent, http, person, "legacy") as c:
+            co = await _ready(c, agent)
+            res = await c.call_tool("complete_checkout", {"meta": _meta(agent, str(uuid.uuid4())), "id": co["id"],
+                                                          "checkout": PAY})  # fmt: skip
+    assert res.structured_content["status"] == "requires_escalation"
+    assert await _orders(database, company, co["id"]) == 0
+
+
+async def test_a_replayed_answer_runs_nothing(shop, database):
+    """2025-11-25: the answer POSTed again to the same question is 409; 2026-07-28: the same
+    requestState again is -32602 consent_state_invalid; neither places a second order."""
+    base, agent, company = shop
+    person = Person(content={"agree": True})
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        async with _client(base, agent, http, person, "legacy") as c:
+            co = await _ready(c, agent)
+            await c.call_tool("complete_checkout", {"meta": _meta(agent, str(uuid.uuid4())), "id": co["id"],
+                                                    "checkout": PAY})  # fmt: skip
+        again = {"jsonrpc": "2.0", "id": person.ids[0], "result": {"action": "accept", "content": {"agree": True}}}
+        r = await http.post(base + "/ucp/mcp", json=again, headers={"MCP-Protocol-Version": "2025-11-25"})
+        assert r.status_code == 409 and r.json()["error"]["data"]["code"] == "consent_state_invalid"
+        assert await _orders(database, company, co["id"]) == 1
+
+        async with _client(base, agent, http, Person(), "2026-07-28") as c:
+            co = await _ready(c, agent)
+            args = {"meta": _meta(agent, str(uuid.uuid4())), "id": co["id"], "checkout": PAY}
+            first = await c.session.call_tool("complete_checkout", args, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult), first
+            ask = first.input_requests["confirm"]
+            assert ask.method == "elicitation/create" and ask.params.mode == "form"
+            yes = {"confirm": types.ElicitResult(action="accept", content={"agree": True})}
+            done = await c.session.call_tool("complete_checkout", args, input_responses=yes,
+                                             request_state=first.request_state, allow_input_required=True)  # fmt: skip
+            assert done.structured_content["status"] == "completed"
+            with pytest.raises(MCPError) as err:
+                await c.session.call_tool("complete_checkout", args, input_responses=yes,
+                                          request_state=first.request_state, allow_input_required=True)  # fmt: skip
+            assert err.value.code == -32602 and err.value.error.data["code"] == "consent_state_invalid"
+            # a state is bound to its call: another checkout's arguments cannot spend it
+            other = await _ready(c, agent)
+            args2 = {**args, "meta": _meta(agent, str(uuid.uuid4())), "id": other["id"]}
+            first = await c.session.call_tool("complete_checkout", args2, allow_input_required=True)
+            with pytest.raises(MCPError):
+                await c.session.call_tool("complete_checkout", args, input_responses=yes,
+                                          request_state=first.request_state, allow_input_required=True)  # fmt: skip
+    assert await _orders(database, company, co["id"]) == 1 and await _orders(database, company, other["id"]) == 0
+
+
+async def test_without_elicitation_the_call_answers_the_escalation(shop, database):
+    """No elicitation capability declared, or the 2025-03-26 revision: no question, the escalation
+    with continue_url (where the buyer confirms on the page)."""
+    base, agent, company = shop
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        for mode in ("legacy", "2026-07-28"):
+            async with Client(streamable_http_client(base + "/ucp/mcp", http_client=http), mode=mode) as c:
+                co = await _ready(c, agent)
+                res = await c.call_tool("complete_checkout", {"meta": _meta(agent, str(uuid.uuid4())),
+                                                              "id": co["id"], "checkout": PAY})  # fmt: skip
+            assert res.structured_content["status"] == "requires_escalation"
+            assert res.structured_content["continue_url"]
+        # a session id that claims elicitation but was not issued by this gateway claims nothing
+        async with streamable_http_client(base + "/ucp/mcp", http_client=http) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            co = await _ready(s, agent)
+        forged = "mcs1.eyJjIjoieCIsImUiOlsiZm9ybSJdfQ.AAAA"
+        call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "complete_checkout",
+                "arguments": {"meta": _meta(agent, str(uuid.uuid4())), "id": co["id"], "checkout": PAY}}}  # fmt: skip
+        r = await http.post(base + "/ucp/mcp", json=call, headers={
+            "MCP-Protocol-Version": "2025-11-25", "Mcp-Session-Id": forged,
+            "Accept": "application/json, text/event-stream"})  # fmt: skip
+        assert r.headers["Content-Type"].startswith("application/json")
+        assert r.json()["result"]["structuredContent"]["status"] == "requires_escalation"
+    assert await _orders(database, company, co["id"]) == 0
