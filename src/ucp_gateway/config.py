@@ -178,12 +178,19 @@ class Settings(BaseSettings):
         default=5.0, ge=0, description="Seconds a rendered profile is reused before keys/sub-agents are re-read."
     )
     profile_cache_bytes: int = Field(
-        default=64 * 1024 * 1024,
+        default=256 * 1024 * 1024,
         ge=0,
-        description="Memory (bytes) the rendered /.well-known/ucp documents may take per process; the ones "
-        "renewed longest ago go first.",
+        description="Memory (bytes) the rendered /.well-known/ucp documents of every served version may take "
+        "together per process (about 7 KiB a document: 10,000 companies at two versions take ~140 MiB); the "
+        "ones renewed longest ago go first.",
     )
-    agent_graph_page_size: int = Field(default=100, ge=1, le=1000)
+    agent_graph_page_size: int = Field(
+        default=1000,
+        ge=1,
+        le=1000,
+        description="Companies per /ucp/agent-graph page (the platform node's document embeds a first page of at "
+        "most 100).",
+    )
     profile_fetch_connect_timeout: float = Field(default=3.0, gt=0)
     profile_fetch_read_timeout: float = Field(default=5.0, gt=0)
     profile_fetch_max_bytes: int = Field(default=256 * 1024, ge=128 * 1024, description="Body cap (UCP: >= 128 KiB).")

@@ -212,3 +212,21 @@ async def test_business_profile_is_built_once_for_concurrent_requests(client, mo
     )
     assert [r.status for r in rs] == [201] * 8
     assert len(builds) == 1
+
+
+async def test_a_full_business_profile_cache_evicts_its_oldest_entry_not_every_one(client):
+    """At its bound the cache drops its oldest entry for a new one (it emptied itself, so past
+    4,096 companies every checkout request rebuilt its profile)."""
+    import time
+
+    from ucp_gateway.commerce.context import PROFILE_CACHE, PROFILE_CACHE_MAX
+
+    cache = client.server.app[PROFILE_CACHE]
+    cache.clear()
+    later = time.monotonic() + 60
+    for i in range(PROFILE_CACHE_MAX):
+        cache[(f"other-{i}", "https://x.example")] = (later, {"2026-04-08": {}})
+    r = await client.post(url("/checkout-sessions"), json=payload(), headers=headers(agent("b0"), key=new_key()))
+    assert r.status == 201
+    assert len(cache) == PROFILE_CACHE_MAX
+    assert ("other-0", "https://x.example") not in cache and ("other-1", "https://x.example") in cache

@@ -43,9 +43,17 @@ class CountingPool:
 
 
 async def _version(pool, company_id):
-    from ucp_gateway.discovery.web import _version as read
+    from ucp_gateway.discovery.web import _versions
 
-    return await read(pool, company_id)
+    return (await _versions(pool, [company_id])).get(company_id)
+
+
+async def _revalidated(cache: RenderedProfiles) -> None:
+    """Until the cache's revalidation read (if any) is done (at most 5 s)."""
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if cache._revalidating is None:
+            return
 
 
 @pytest.fixture
@@ -134,23 +142,23 @@ async def test_a_stale_profile_is_renewed_by_its_version_and_rendered_again_when
 
 
 async def test_the_cache_holds_a_memory_budget_and_evicts_the_oldest():
-    async def version(cid):
-        return None
+    async def versions(ids):
+        return {}
 
-    cache = RenderedProfiles(ttl=60, max_bytes=3 * (100 + ENTRY_OVERHEAD + 2 * 34))
+    cache = RenderedProfiles(60, versions, max_bytes=3 * (100 + ENTRY_OVERHEAD + 2 * 34))
     for i in range(5):
 
         async def render(i=i):
             return b"x" * 100, None, None
 
-        await cache.get(f"h{i}", render, version)
+        await cache.get(f"h{i}", render)
     assert len(cache) == 3 and [cache.fresh(f"h{i}") is not None for i in range(5)] == [False, False, True, True, True]
     assert cache.bytes == 3 * (100 + ENTRY_OVERHEAD + 2 * 34) and cache.bytes <= cache.max_bytes
 
     async def big():
         return b"y" * 10_000, None, None
 
-    await cache.get("big", big, version)  # larger than the budget: kept alone, the newest
+    await cache.get("big", big)  # larger than the budget: kept alone, the newest
     assert len(cache) == 1 and cache.fresh("big") is not None
 
 
@@ -233,14 +241,14 @@ async def test_the_fast_path_answers_a_stale_profile_while_its_version_is_read(
     await asyncio.sleep(0.21)
     stale = await client.get("/.well-known/ucp", headers={"Host": "acme.example"})
     assert stale.headers["ETag"] == first.headers["ETag"]
-    await asyncio.sleep(0.05)
     from ucp_gateway.discovery.web import _RENDERED
 
+    await _revalidated(app[_RENDERED])
     assert app[_RENDERED].fresh("acme.example") is not None  # renewed by the version read
     await rotate(database.pool, c.id, actor="t", reason="r", now=NOW)
     await asyncio.sleep(0.21)
     await client.get("/.well-known/ucp", headers={"Host": "acme.example"})  # stale: its check drops it
-    await asyncio.sleep(0.05)
+    await _revalidated(app[_RENDERED])
     fresh = await client.get("/.well-known/ucp", headers={"Host": "acme.example"})
     assert fresh.headers["ETag"] != first.headers["ETag"] and len((await fresh.json())["signing_keys"]) == 2
 
@@ -260,3 +268,89 @@ async def test_a_host_is_known_to_the_fast_path_longer_than_its_company_is_cache
         if cache._revalidating is None:
             break
     assert cache.cached("a.example").slug == "a"  # renewed: unchanged
+
+
+async def test_stale_profiles_of_many_companies_are_revalidated_in_one_read(
+    aiohttp_client, database, db_settings, vault
+):
+    """Past their ttl the profiles of many companies are answered while ONE read asks for all their
+    versions (it was a read per Host): unchanged ones are renewed as they were, a changed one is
+    dropped and rendered again by its next request."""
+    from ucp_gateway.discovery.web import _RENDERED
+
+    companies = [
+        await create_company(database.pool, slug=f"co{i}", display_name=f"Co {i}", hostnames=[f"co{i}.example"])
+        for i in range(6)
+    ]
+    for c in companies:
+        await ensure_active_key(database.pool, c.id, now=NOW)
+    pool = CountingPool(database.pool)
+    renders: list[str] = []
+    settings = db_settings.model_copy(update={"profile_render_ttl": 0.2})
+    app = _app(dataclasses.replace(database, pool=pool), settings, renders)
+    client = await aiohttp_client(app)
+    tags = {}
+    for c in companies:
+        r = await client.get("/.well-known/ucp", headers={"Host": c.hostnames[0]})
+        tags[c.slug] = r.headers["ETag"]
+    await rotate(database.pool, companies[0].id, actor="t", reason="r", now=NOW)
+    await asyncio.sleep(0.21)
+    pool.acquired, rendered = 0, len(renders)
+    cache = app[_RENDERED]
+    # six answers in one turn of the loop (what the fast path does under load): all stale, all queued
+    assert all(cache.stale(c.hostnames[0]) is not None for c in companies)
+    await _revalidated(cache)
+    assert pool.acquired == 1 and len(renders) == rendered  # six companies, one read, no render
+    assert all(cache.fresh(c.hostnames[0]) is not None for c in companies[1:])
+    assert cache.fresh("co0.example") is None  # changed: dropped
+    for c in companies[1:]:  # renewed as they were
+        assert (await client.get("/.well-known/ucp", headers={"Host": c.hostnames[0]})).headers["ETag"] == tags[c.slug]
+    again = await client.get("/.well-known/ucp", headers={"Host": "co0.example"})
+    assert again.headers["ETag"] != tags["co0"] and len((await again.json())["signing_keys"]) == 2
+
+
+async def test_every_served_version_shares_one_memory_budget(aiohttp_client, database, db_settings, vault):
+    """The root's and the older version's documents are one cache: one budget, the oldest out first."""
+    from ucp_gateway.discovery.web import _RENDERED
+    from ucp_gateway.versions import ROOT, SERVED, VERSIONS
+
+    leaf = next(v for v in SERVED if v != ROOT)
+    for i in range(2):
+        c = await create_company(database.pool, slug=f"co{i}", display_name=f"Co {i}", hostnames=[f"co{i}.example"])
+        await ensure_active_key(database.pool, c.id, now=NOW)
+    client = await aiohttp_client(_app(database, db_settings, []))
+    cache = client.server.app[_RENDERED]
+    for path in ("/.well-known/ucp", VERSIONS[leaf].profile_path):
+        assert (await client.get(path, headers={"Host": "co0.example"})).status == 200
+    assert set(cache._entries) == {"co0.example", (leaf, "co0.example")}
+    assert cache.bytes == sum(e.size for e in cache._entries.values())
+    cache.max_bytes = cache.bytes  # full: the next document evicts the oldest (co0's root)
+    assert (await client.get("/.well-known/ucp", headers={"Host": "co1.example"})).status == 200
+    assert list(cache._entries) == [(leaf, "co0.example"), "co1.example"] and cache.bytes <= cache.max_bytes
+
+
+async def test_agent_graph_pages_read_narrow_rows_and_the_platform_document_embeds_a_short_first_page(
+    aiohttp_client, database, db_settings, monkeypatch
+):
+    """The platform node's document embeds at most PROFILE_PAGE companies; its ``next`` cursor
+    leads to pages of ``agent_graph_page_size``; each link is the company's first hostname in
+    code-point order (an IPv6 literal bracketed), at the request's port."""
+    import ucp_gateway.discovery.web as discovery_web
+
+    hosts = {"a": ["zz.example", "a-b.example"], "b": ["2001:db8::5"], "c": [], "d": ["d.example"], "e": ["e.example"]}
+    for slug, names in hosts.items():
+        await create_company(database.pool, slug=slug, display_name=slug.upper(), hostnames=names)
+    monkeypatch.setattr(discovery_web, "PROFILE_PAGE", 2)
+    settings = db_settings.model_copy(update={"agent_graph_page_size": 2, "public_scheme": "http"})
+    client = await aiohttp_client(_app(database, settings, []))
+    doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test:8080"})).json()
+    first = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
+    assert first["companies"] == [
+        {"slug": "a", "name": "A", "profile": "http://a-b.example:8080/.well-known/ucp"},
+        {"slug": "b", "name": "B", "profile": "http://[2001:db8::5]:8080/.well-known/ucp"},
+    ]
+    settings.agent_graph_page_size = 3
+    page = await (await client.get(first["next"].split(":8080", 1)[1], headers={"Host": "platform.test:8080"})).json()
+    assert [c["slug"] for c in page["companies"]] == ["c", "d", "e"] and page["next"] is None
+    assert page["companies"][0] == {"slug": "c", "name": "C"}  # no host, no profile
+    assert page["pages"] == "http://platform.test:8080/ucp/agent-graph"

@@ -120,6 +120,8 @@ _log = get_logger("ucp_gateway.commerce.context")
 
 PROFILE_CACHE = web.AppKey("ucpgw.commerce_business_profiles", dict)
 _PROFILE_TTL = 5.0
+#: (company, origin) entries kept; past it the oldest goes (a few seconds old: they expire in five)
+PROFILE_CACHE_MAX = 4096
 
 
 async def _business_profile(app: web.Application, company: Company, origin: str) -> dict[str, dict[str, Any]]:
@@ -145,8 +147,9 @@ async def _business_profile(app: web.Application, company: Company, origin: str)
             return await company_profile_documents(app, company, origin)
     # single flight: concurrent requests after expiry wait for one build instead of each building it
     fut: asyncio.Future = asyncio.get_running_loop().create_future()
-    if len(cache) > 4096:  # bounded: one entry per (company, origin)
-        cache.clear()
+    cache.pop(key, None)  # re-inserted last: the dict's first entries are the oldest (expired first)
+    while len(cache) >= PROFILE_CACHE_MAX:  # bounded: evicts the oldest, not every company's
+        del cache[next(iter(cache))]
     cache[key] = (time.monotonic() + _PROFILE_TTL, fut)
     try:
         doc = await company_profile_documents(app, company, origin)

@@ -18,7 +18,7 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -30,10 +30,8 @@ __all__ = [
     "REST_PATH",
     "UCP_VERSION",
     "VENDOR_VERSION",
-    "CompanyLink",
     "SubagentSummary",
     "VendorNamespace",
-    "agent_graph_page",
     "authority_binding_ok",
     "build_company_profile",
     "build_platform_profile",
@@ -100,16 +98,6 @@ class SubagentSummary:
     risk_classes: tuple[str, ...] = ()
     role_floors: tuple[str, ...] = ()
     manifest_url: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CompanyLink:
-    """One company in the agent graph: slug, display name, profile URL (None when it has no host)."""
-
-    slug: str
-    name: str
-    profile: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def authority_binding_ok(prefix: str, base_url: str) -> bool:
@@ -222,18 +210,6 @@ def decode_cursor(cursor: str) -> str:
     if not _CURSOR_SLUG.fullmatch(slug):  # only a company slug can be a cursor (never sent to SQL otherwise)
         raise BadRequest("invalid cursor", code="invalid_cursor")
     return slug
-
-
-def agent_graph_page(links: Sequence[CompanyLink], *, next_url: str | None, page_url: str) -> dict[str, Any]:
-    """One page of the agent graph: ``{"companies": [...], "next": url|null, "pages": url}``."""
-    companies = []
-    for link in links:
-        item: dict[str, Any] = {"slug": link.slug, "name": link.name}
-        if link.profile:
-            item["profile"] = link.profile
-        item.update(link.extra)
-        companies.append(item)
-    return {"companies": companies, "next": next_url, "pages": page_url}
 
 
 def build_platform_profile(

@@ -22,7 +22,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import asyncpg
@@ -31,10 +31,9 @@ from aiohttp import web
 from multidict import istr
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
-from ..company_settings import boolean, setting
 from ..config import Settings
-from ..db import tenant_tx
-from ..errors import ConfigError, GatewayError
+from ..db import platform_scan_tx, tenant_tx
+from ..errors import ConfigError
 from ..httpsig.web import KEY_RESOLVER
 from ..keys import published_jwks
 from ..keys.lifecycle import PUBLISHED
@@ -42,7 +41,6 @@ from ..mediatype import json_response
 from ..middleware import PUBLIC_FAST_PATHS, PublicPath
 from ..tenancy import (
     Company,
-    list_companies,
     list_subagents,
     normalize_host,
     public_origin,
@@ -51,20 +49,17 @@ from ..tenancy import (
 )
 from ..versions import ROOT, SERVED, VERSIONS
 from .builder import (
-    CompanyLink,
     SubagentSummary,
     VendorNamespace,
-    agent_graph_page,
     authority_binding_ok,
     build_company_profile,
     build_platform_profile,
-    decode_cursor,
     default_payment_handlers,
-    encode_cursor,
 )
-from .caching import etag_matches, make_etag
+from .caching import make_etag
 from .fetcher import ProfileFetcher
-from .profile_cache import RenderedProfiles, hosting_headers
+from .graph import PAGES, PROFILE_PAGE, DirectoryPages, agent_graph, graph_page
+from .profile_cache import RenderedProfiles, hosted
 from .trust import TRUST_CACHE, TrustCache, trust_exempt, trust_middleware
 from .vendor_docs import schema_document, spec_document
 
@@ -101,14 +96,6 @@ async def empty_subagent(company: Company, subagent: str) -> SubagentSummary:
 def _origin(settings: Settings, host: str) -> str:
     """The public origin for a request's Host (the configured ``public_port`` wins over the Host's)."""
     return public_origin(settings.public_scheme, host, settings.public_port)
-
-
-def _hosted(request: web.Request, body: bytes, etag: str, content_type: str, max_age: int) -> web.Response:
-    """200 with ``body``, or 304 when ``If-None-Match`` matches ``etag`` (RFC 9110 §13.1.2)."""
-    # several If-None-Match lines are one comma-separated list (RFC 9110 §5.3)
-    if etag_matches(",".join(request.headers.getall(_IF_NONE_MATCH, ())), etag):
-        return web.Response(status=304, headers=hosting_headers(etag, max_age))
-    return web.Response(body=body, headers=hosting_headers(etag, max_age, content_type))
 
 
 # the parts of a company's profile in one statement (one transaction, in the company's context):
@@ -153,18 +140,15 @@ async def _profile_document(
     return docs, version
 
 
-# the version in ONE statement, in the company's context (set_config in the outer row, which lives as
-# long as the statement's implicit transaction; the LATERAL subquery, kept apart by OFFSET 0, is read
-# after it: the pattern of keys.repository's active-key read)
-_VERSION = (
-    "SELECT v.version FROM (SELECT set_config('app.company_id', $1, true) AS cid) AS ctx"
-    " CROSS JOIN LATERAL (SELECT version FROM profile_versions WHERE company_id = ctx.cid::uuid OFFSET 0) AS v"
-)
+async def _versions(pool: asyncpg.Pool, company_ids: list[UUID]) -> dict[UUID, UUID]:
+    """The profile versions (migration 0092) of many companies in one read, under the scan scope
+    that opens the version stamps only (migration 0093): ``{company id: version}``."""
+    async with platform_scan_tx(pool, "host_directory") as conn:
+        rows = await conn.fetch(_VERSIONS, company_ids)
+    return {r[0]: r[1] for r in rows}
 
 
-async def _version(pool: asyncpg.Pool, company_id: UUID) -> UUID | None:
-    """The company's profile version (migration 0092): one small read, one round trip."""
-    return await pool.fetchval(_VERSION, str(company_id))
+_VERSIONS = "SELECT company_id, version FROM profile_versions WHERE company_id = ANY($1::uuid[])"
 
 
 async def company_profile_documents(
@@ -183,70 +167,17 @@ async def company_profile_document(
     return (await company_profile_documents(app, company, origin, (version,)))[version]
 
 
-class _Pages:
-    """Directory pages (``list_companies`` answers) by ``(after, limit)``, reused for ``ttl`` seconds
-    (the rendered profiles' life): the platform document is rendered per Host spelling, so a client
-    naming a new Host on every request made every request a directory read. Bounded."""
-
-    def __init__(self, ttl: float, capacity: int = 1024):
-        self.ttl, self.capacity = ttl, capacity
-        self._entries: dict[tuple[str | None, int], tuple[float, list[Company]]] = {}
-
-    async def get(self, pool, after: str | None, limit: int) -> list[Company]:
-        key, now = (after, limit), time.monotonic()
-        hit = self._entries.get(key)
-        if hit is not None and now < hit[0]:
-            return hit[1]
-        companies = await list_companies(pool, after_slug=after, limit=limit)
-        entries = self._entries
-        entries.pop(key, None)  # re-inserted last: the oldest pages are the first in the dict
-        while len(entries) >= self.capacity:
-            del entries[next(iter(entries))]  # evicts the oldest page, not all of them
-        entries[key] = (now + self.ttl, companies)
-        return companies
-
-
-_PAGES = web.AppKey("ucpgw.directory_pages", _Pages)
-
-
-async def _graph_page(app: web.Application, host: str, after: str | None) -> dict[str, Any]:
-    settings = app[SETTINGS]
-    size = settings.agent_graph_page_size
-    companies = await app[_PAGES].get(app[DATABASE].pool, after, size + 1)
-    # a company hostname has no port: take the public one (configured, else the one this request came in on)
-    port = settings.public_port
-    if port is None:
-        own = host.rpartition(":")[2] if not host.endswith("]") else ""
-        port = int(own) if own.isdigit() else None
-    scheme = settings.public_scheme
-    links = [
-        CompanyLink(
-            c.slug,
-            c.display_name,
-            public_origin(scheme, c.hostnames[0], port) + "/.well-known/ucp" if c.hostnames else None,
-        )
-        for c in companies[:size]
-        # a company may opt out of the platform's listing; a bad value fails closed as unlisted (the
-        # operator meant to say something about it, and listing is the disclosure)
-        if setting(c, "platform_listing", boolean, default=True, on_bad=False)
-    ]
-    pages = _origin(settings, host) + "/ucp/agent-graph"
-    next_url = pages + "?cursor=" + quote(encode_cursor(companies[size - 1].slug)) if len(companies) > size else None
-    return agent_graph_page(links, next_url=next_url, page_url=pages)
-
-
 # header names as istr: a case-insensitive lookup with a plain str folds the name on every request
-_IF_NONE_MATCH = istr("If-None-Match")
 _SIGNATURE, _SIGNATURE_INPUT, _ACCEPT_SIGNATURE = istr("Signature"), istr("Signature-Input"), istr("Accept-Signature")
 
 
+# every served version's rendered profiles in one cache and one memory budget: the root's keyed by
+# the Host as received (the hot path's lookup), an older version's by (version, Host)
 _RENDERED = web.AppKey("ucpgw.rendered_profiles", RenderedProfiles)
-# the leaves' rendered profiles: one RenderedProfiles per older served version, alike in every rule
-_LEAVES = web.AppKey("ucpgw.rendered_leaf_profiles", dict)
 
 
-def _rendered(app: web.Application, protocol: str) -> RenderedProfiles:
-    return app[_RENDERED] if protocol == ROOT else app[_LEAVES][protocol]
+def _key(protocol: str, host: str) -> Any:
+    return host if protocol == ROOT else (protocol, host)
 
 
 async def _render_document(
@@ -256,7 +187,7 @@ async def _render_document(
     platform node)."""
     origin = _origin(app[SETTINGS], host)
     if company is None:
-        page = await _graph_page(app, host, None)
+        page = await graph_page(app, host, None, min(PROFILE_PAGE, app[SETTINGS].agent_graph_page_size))
         doc = build_platform_profile(vendor=app[VENDOR], first_page=page, version=protocol, origin=origin)
         cid = version = None
     else:
@@ -277,8 +208,7 @@ async def _render(app: web.Application, request: web.Request, protocol: str = RO
             company = await resolve_host(app[DATABASE].pool, normalize_host(host))
         return await _render_document(app, host, company, protocol)
 
-    pool = app[DATABASE].pool
-    return await _rendered(app, protocol).get(key, render, lambda cid: _version(pool, cid))
+    return await app[_RENDERED].get(_key(protocol, key), render)
 
 
 def _bad_host() -> web.Response:
@@ -303,7 +233,7 @@ def _well_known_leaf(protocol: str) -> Callable[[web.Request], Awaitable[web.Res
 
     async def well_known_leaf(request: web.Request) -> web.Response:
         app = request.app
-        hit = app[_LEAVES][protocol].fresh(request.host)
+        hit = app[_RENDERED].fresh((protocol, request.host))
         if hit is None:
             if not valid_host_header(request.host):
                 return _bad_host()
@@ -314,10 +244,7 @@ def _well_known_leaf(protocol: str) -> Callable[[web.Request], Awaitable[web.Res
 
 
 def public_fast_path(
-    rendered: RenderedProfiles,
-    settings: Settings,
-    version: Callable[[UUID], Awaitable[Any]] | None = None,
-    path: str = "/.well-known/ucp",
+    rendered: RenderedProfiles, settings: Settings, path: str = "/.well-known/ucp", protocol: str = ROOT
 ) -> Callable[[web.Request, str], web.Response | None]:
     """The answer of ``app[PUBLIC_FAST_PATHS][path]`` (``/.well-known/ucp`` and each leaf):
     ``(request, host) -> response | None``.
@@ -334,9 +261,9 @@ def public_fast_path(
     - the path is exempt from trust (``UCP-Agent`` is never acted on there; a constant) and, in the
       current settings, from signature verification (``httpsig_exempt_prefixes``, re-read whenever
       the setting is a new object);
-    - the rendered profile for this Host is fresh, or stale by less than ``profile_max_age`` with a
-      version that covers it (then its revalidation starts: ``version(company_id)`` reads the
-      company's current version); a miss or an invalid Host takes the full path.
+    - the rendered ``protocol`` profile for this Host is fresh, or stale by less than
+      ``profile_max_age`` with a version that covers it (then it is queued for the cache's next
+      revalidation read, :meth:`RenderedProfiles.stale`); a miss or an invalid Host takes the full path.
 
     The answer is built by the same code as :func:`well_known_ucp`'s (:meth:`_Entry.response`), so
     status, headers and body are identical; the foundation layer adds ``Request-Id`` and ``Server``
@@ -346,6 +273,7 @@ def public_fast_path(
         raise ConfigError(f"the {path} fast path needs the path exempt from trust")
     entries = rendered._entries
     monotonic = time.monotonic
+    root = protocol == ROOT
     seen: list[Any] = [None, False]  # (httpsig_exempt_prefixes last read, whether it exempts the path)
 
     def fast_path(request: web.Request, host: str) -> web.Response | None:
@@ -359,30 +287,17 @@ def public_fast_path(
             seen[0], seen[1] = prefixes, path.startswith(tuple(prefixes))
         if not seen[1]:
             return None
-        hit = entries.get(host)  # RenderedProfiles.fresh, inlined
+        key = host if root else (protocol, host)
+        hit = entries.get(key)  # RenderedProfiles.fresh, inlined
         if hit is None:
             return None
         if monotonic() >= hit.expires:  # stale: answered while its version is read, if one covers it
-            hit = rendered.stale(host, version) if version is not None else None
+            hit = rendered.stale(key)
             if hit is None:
                 return None
         return hit.response(request, settings.profile_max_age)
 
     return fast_path
-
-
-async def agent_graph(request: web.Request) -> web.Response:
-    """``GET /ucp/agent-graph?cursor=...``: one page of the platform's companies."""
-    if not valid_host_header(request.host):
-        return _bad_host()
-    cursor = request.query.get("cursor")
-    try:
-        after = decode_cursor(cursor) if cursor else None
-    except GatewayError as exc:
-        return json_response(exc.to_body(), status=exc.http_status)
-    page = await _graph_page(request.app, request.host.lower(), after)
-    body = json.dumps(page, separators=(",", ":")).encode()
-    return _hosted(request, body, make_etag(body), JSON, request.app[SETTINGS].profile_max_age)
 
 
 def _document_handler(kind: str) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -393,7 +308,7 @@ def _document_handler(kind: str) -> Callable[[web.Request], Awaitable[web.Respon
         if body is None:
             return json_response({"code": "not_found", "content": "unknown document"}, status=404)
         ctype = "text/markdown" if kind == "spec" else "application/schema+json"
-        return _hosted(request, body, make_etag(body), ctype, request.app[SETTINGS].profile_max_age)
+        return hosted(request, body, make_etag(body), ctype, request.app[SETTINGS].profile_max_age)
 
     return handler
 
@@ -418,14 +333,12 @@ def setup(app: web.Application) -> None:
     app[PROFILE_FETCHER] = fetcher
     app[KEY_RESOLVER] = fetcher  # the signature middleware resolves caller keys through the fetcher
     rendered = app[_RENDERED] = RenderedProfiles(
-        settings.profile_render_ttl, settings.profile_cache_bytes, grace=settings.profile_max_age
+        settings.profile_render_ttl,
+        lambda ids: _versions(app[DATABASE].pool, ids),
+        settings.profile_cache_bytes,
+        grace=settings.profile_max_age,
     )
-    leaves = app[_LEAVES] = {
-        v: RenderedProfiles(settings.profile_render_ttl, settings.profile_cache_bytes, grace=settings.profile_max_age)
-        for v in SERVED
-        if v != ROOT
-    }
-    app[_PAGES] = _Pages(settings.profile_render_ttl)
+    app[PAGES] = DirectoryPages(settings.profile_render_ttl)
     if KEYS_PROVIDER not in app:
         app[KEYS_PROVIDER] = published_jwks  # pending + active + rotating (ucp_gateway.keys)
     if SUBAGENT_PROVIDER not in app:
@@ -439,15 +352,15 @@ def setup(app: web.Application) -> None:
     base = urlsplit(vendor.base_url).path.rstrip("/")
     app.router.add_get("/.well-known/ucp", well_known_ucp)
     if PUBLIC_FAST_PATHS in app:  # behind create_app's foundation middleware
-        fast = public_fast_path(rendered, settings, lambda cid: _version(app[DATABASE].pool, cid))
-        app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = PublicPath(well_known_ucp, fast)
-    for protocol, leaf in leaves.items():
+        app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = PublicPath(well_known_ucp, public_fast_path(rendered, settings))
+    for protocol in SERVED:
+        if protocol == ROOT:
+            continue
         path = VERSIONS[protocol].profile_path
         handler = _well_known_leaf(protocol)
         app.router.add_get(path, handler)
         if PUBLIC_FAST_PATHS in app:
-            fast = public_fast_path(leaf, settings, lambda cid: _version(app[DATABASE].pool, cid), path)
-            app[PUBLIC_FAST_PATHS][path] = PublicPath(handler, fast)
+            app[PUBLIC_FAST_PATHS][path] = PublicPath(handler, public_fast_path(rendered, settings, path, protocol))
     app.router.add_get("/ucp/agent-graph", agent_graph)
     app.router.add_get(base + "/specification/{name}", _document_handler("spec"))
     app.router.add_get(base + "/schemas/{name}.json", _document_handler("schema"))
