@@ -115,3 +115,27 @@ async def test_direct_path_answers_carts_with_the_cart_envelope(
     cart = await _cart(c, [{"item": {"id": "cactus_mini"}, "quantity": 1}])
     assert "dev.ucp.shopping.cart" in cart["ucp"]["capabilities"], cart["ucp"]
     assert "dev.ucp.shopping.order" not in cart["ucp"]["capabilities"]
+
+
+async def test_a_2026_08_25_cart_carries_the_platforms_consent_into_its_checkout(client, platform):
+    """A 2026-08-25 cart body's consent purposes are read as the neutral decisions (they were kept
+    as unknown keys and lost on the way to the checkout); the cart answer validates against the
+    2026-08-25 models (ucp-sdk 0.5.0) with the extensions served on carts."""
+    from ucp_sdk.models.schemas.shopping import buyer_consent, cart, discount
+
+    platform.version = "2026-08-25"
+    consent = {"dev.ucp.consent.marketing": {"granted": True, "source": "platform"}}
+    body = await _cart(client, [{"item": {"id": "tulips_red"}, "quantity": 1}], discounts={"codes": ["10off"]},
+                       buyer={"email": "ann@example.com", "consent": consent})  # fmt: skip
+    assert body["ucp"]["version"] == "2026-08-25"
+    for model in (cart.Cart, discount.Cart, buyer_consent.Cart):
+        model.model_validate(body)
+    co = await _checkout_of(client, body["id"])
+    assert co["ucp"]["version"] == "2026-08-25" and co["buyer"]["email"] == "ann@example.com"
+    assert co["buyer"]["consent"]["dev.ucp.consent.marketing"] == {
+        "granted": True, "source": "platform", "description": "Send promotional offers and news."}  # fmt: skip
+    assert co["buyer"]["consent"]["dev.ucp.consent.analytics"]["source"] == "business"
+    bad = {"line_items": [{"item": {"id": "tulips_red"}, "quantity": 1}],
+           "buyer": {"consent": {"dev.ucp.consent.marketing": True}}}  # fmt: skip
+    r = await client.post(url("/carts"), json=bad, headers=headers(key=new_key()))
+    assert r.status == 400 and "$.buyer.consent" in (await r.json())["content"]

@@ -275,3 +275,113 @@ def test_consent_round_trips_through_2026_08_25(body):
     assert len(purposes) == 4 and all({"granted", "source", "description"} <= set(p) for p in purposes.values())
     back = from_wire("checkout.request", {"buyer": {"consent": purposes}}, ROOT)["buyer"]["consent"]
     assert back == ((body.get("buyer") or {}).get("consent") or {})
+
+
+# -- carts and catalog answers ---------------------------------------------------------------------
+
+_CART_CAPS = {"dev.ucp.shopping.cart": [{"version": "v"}]}
+_CONSENT_CAP = {"dev.ucp.shopping.buyer_consent": [{"version": "v"}]}
+
+
+def test_cart_consent_both_ways_at_2026_08_25():
+    body = {"ucp": {"version": ROOT, "capabilities": _CART_CAPS}, "id": "cart_1",
+            "buyer": {"email": "a@b.example", "consent": {"marketing": True}}}  # fmt: skip
+    before = copy.deepcopy(body)
+    assert to_wire("cart", body, ROOT)["buyer"] == {"email": "a@b.example"}  # not negotiated on the cart
+    negotiated = {**body, "ucp": {**body["ucp"], "capabilities": {**_CART_CAPS, **_CONSENT_CAP}}}
+    consent = to_wire("cart", negotiated, ROOT)["buyer"]["consent"]
+    assert consent["dev.ucp.consent.marketing"] == {"granted": True, "source": "platform",
+                                                    "description": "Send promotional offers and news."}  # fmt: skip
+    assert body == before and to_wire("cart", body, V04) is body
+    decision = {"granted": False, "source": "platform"}
+    request = {"line_items": [], "buyer": {"consent": {"dev.ucp.consent.analytics": decision}}}
+    assert from_wire("cart.request", request, ROOT)["buyer"]["consent"] == {"analytics": False}
+    assert from_wire("cart.request", request, V04) is request
+    with pytest.raises(BadRequest) as err:
+        from_wire("cart.request", {"buyer": {"consent": {"dev.ucp.consent.marketing": True}}}, ROOT)
+    assert "$.buyer.consent" in err.value.message
+    assert from_wire("cart.request", ["not", "an", "object"], ROOT) == ["not", "an", "object"]
+
+
+_MONEY = st.integers(0, 10**6)
+
+
+@st.composite
+def _cart(draw) -> dict[str, Any]:
+    caps = dict(_CART_CAPS)
+    if draw(st.booleans()):
+        caps.update(_CONSENT_CAP)
+    if draw(st.booleans()):
+        caps["dev.ucp.shopping.discount"] = [{"version": "v"}]
+    lines = draw(st.lists(st.tuples(_TEXT, st.integers(1, 9), _MONEY), max_size=3))
+    body: dict[str, Any] = {
+        "ucp": {"version": "v", "status": "success", "capabilities": caps},
+        "id": "cart_" + draw(_TEXT),
+        "line_items": [
+            {
+                "id": f"li_{i}",
+                "item": {"id": pid, "title": pid, "price": p},
+                "quantity": q,
+                "totals": [{"type": "subtotal", "amount": p * q}, {"type": "total", "amount": p * q}],
+            }
+            for i, (pid, q, p) in enumerate(lines)
+        ],
+        "currency": "USD",
+        "totals": [{"type": "subtotal", "amount": draw(_MONEY)}, {"type": "total", "amount": draw(_MONEY)}],
+        "messages": [],
+        "continue_url": "https://shop.example/carts/c",
+        "expires_at": "2026-12-02T12:00:00Z",
+    }
+    buyer = draw(_BUYER)
+    if buyer is not None:
+        body["buyer"] = buyer
+    return body
+
+
+def _price(amount: int) -> dict[str, Any]:
+    return {"amount": amount, "currency": "USD"}
+
+
+@st.composite
+def _search(draw) -> dict[str, Any]:
+    products = []
+    for i in range(draw(st.integers(0, 3))):
+        prices = draw(st.lists(_MONEY, min_size=1, max_size=3))
+        products.append({
+            "id": f"p{i}", "title": draw(_TEXT), "description": {"plain": draw(_TEXT)},
+            "price_range": {"min": _price(min(prices)), "max": _price(max(prices))},
+            "categories": [{"value": draw(_TEXT)}],
+            "variants": [{"id": f"p{i}v{j}", "title": draw(_TEXT), "description": {"plain": ""}, "price": _price(p),
+                          "availability": {"available": p > 0, "status": "in_stock" if p > 0 else "out_of_stock"}}
+                         for j, p in enumerate(prices)],
+        })  # fmt: skip
+    caps = {"dev.ucp.shopping.catalog.search": [{"version": "v"}]}
+    more = draw(st.booleans())
+    return {"ucp": {"version": "v", "status": "success", "capabilities": caps}, "products": products,
+            "pagination": {"has_next_page": more, **({"cursor": "WyJ0aXRsZSJd"} if more else {})}}  # fmt: skip
+
+
+def _at(body: dict[str, Any], version: str) -> dict[str, Any]:
+    ucp = body["ucp"]
+    caps = {n: [{**e, "version": version} for e in entries] for n, entries in ucp["capabilities"].items()}
+    return {**body, "ucp": {**ucp, "version": version, "capabilities": caps}}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.tuples(st.just("cart"), _cart()), st.tuples(st.just("catalog"), _search())))
+def test_cart_and_catalog_projections_differ_only_in_the_named_fields(kind_body):
+    kind, body = kind_body
+    before = copy.deepcopy(body)
+    wires = {v: to_wire(kind, _at(body, v), v) for v in SERVED}
+    assert body == before
+    named = VERSIONS[ROOT].wire_fields[kind] | VERSIONS[V04].wire_fields[kind]
+    a, b = (_without(wires[v], named) for v in SERVED)
+    assert a == b
+    # the root's answers satisfy the 2026-08-25 models (ucp-sdk 0.5.0): the cart with its extensions
+    from ucp_sdk.models.schemas.shopping import buyer_consent, cart, catalog_search, discount
+
+    if kind == "cart":
+        for model in (cart.Cart, discount.Cart, buyer_consent.Cart):
+            model.model_validate(wires[ROOT])
+    else:
+        catalog_search.SearchResponse.model_validate(wires[ROOT])

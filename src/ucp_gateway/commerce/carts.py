@@ -95,7 +95,7 @@ async def _row(conn: asyncpg.Connection, ctx: CommerceContext, cart_id: str, *, 
 
 async def create(conn: asyncpg.Connection, ctx: CommerceContext, data: Any) -> Outcome:
     """``POST /carts``: 201 with the priced cart; 200 error envelope (no id) when no item can be sold."""
-    state = _cart_state(data)
+    state = _cart_state(from_wire("cart.request", data, ctx.version))
     priced = await price_state(conn, ctx, state)
     if priced.nothing_purchasable:
         msgs = [dict(m, severity="unrecoverable") for m in priced.messages if m["type"] == "error"]
@@ -122,7 +122,7 @@ async def get(conn: asyncpg.Connection, ctx: CommerceContext, cart_id: str) -> O
 async def update(conn: asyncpg.Connection, ctx: CommerceContext, cart_id: str, data: Any) -> Outcome:
     """``PUT /carts/{id}``: full replacement of the writable state (UCP: the platform sends the
     whole cart; what it leaves out is gone)."""
-    state = _cart_state(data, path_id=cart_id)
+    state = _cart_state(from_wire("cart.request", data, ctx.version), path_id=cart_id)
     row = await _row(conn, ctx, cart_id, lock=True)
     if row is None:
         return _not_found(ctx)

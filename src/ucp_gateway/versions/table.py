@@ -95,6 +95,8 @@ _COMMON_FIELDS = {
     "checkout": frozenset({"ucp", "buyer.consent", "fulfillment"}),
     "order": frozenset({"ucp"}),
     "error": frozenset({"ucp"}),
+    "cart": frozenset({"ucp", "buyer.consent"}),
+    "catalog": frozenset({"ucp"}),
 }
 
 VERSIONS: Mapping[str, ProtocolVersion] = MappingProxyType(

@@ -16,6 +16,7 @@
   for pickup; required in business responses, optional in platform requests, where we drop it:
   the method's type decides), and an option's ``description`` is a Description object
   (``{"plain": ...}``) instead of a string.
+- Carts: ``buyer.consent`` by the checkout's rule, both ways; catalog answers are the neutral shape.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from .v2026_04_08 import publish_keys
 __all__ = [
     "CONSENT_PURPOSES",
     "DESTINATION_TYPES",
+    "cart",
+    "cart_request",
     "checkout",
     "checkout_request",
     "consent_purposes",
@@ -153,22 +156,36 @@ def consent_purposes(consent: Mapping[str, Any] | None) -> dict[str, dict[str, A
     return out
 
 
-def checkout(body: Mapping[str, Any], pv: ProtocolVersion) -> dict[str, Any]:
-    """A neutral checkout body as 2026-08-25: ``buyer.consent`` is the advertised purpose map when
-    the consent extension is negotiated (BC: the business MUST advertise the full set)."""
+def _buyer_consent(body: Mapping[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` (a copy of ``body``) with ``buyer.consent`` as 2026-08-25: the advertised purpose map
+    when the consent extension is in the body's envelope (BC: the business MUST advertise the full
+    set), else no consent at all (not negotiated: not this caller's field)."""
     caps = (body.get("ucp") or {}).get("capabilities") or {}
     buyer = body.get("buyer")
-    out = dict(body)
-    if isinstance(body.get("fulfillment"), Mapping):
-        out["fulfillment"] = fulfillment(body["fulfillment"])
     if _CONSENT_CAPABILITY not in caps:
-        if isinstance(buyer, Mapping) and "consent" in buyer:  # not negotiated: not this caller's field
+        if isinstance(buyer, Mapping) and "consent" in buyer:
             out["buyer"] = {k: v for k, v in buyer.items() if k != "consent"}
             if not out["buyer"]:
                 del out["buyer"]
         return out
     out["buyer"] = dict(buyer or {}, consent=consent_purposes((buyer or {}).get("consent")))
     return out
+
+
+def checkout(body: Mapping[str, Any], pv: ProtocolVersion) -> dict[str, Any]:
+    """A neutral checkout body as 2026-08-25: typed fulfillment, ``buyer.consent`` purposes."""
+    out = dict(body)
+    if isinstance(body.get("fulfillment"), Mapping):
+        out["fulfillment"] = fulfillment(body["fulfillment"])
+    return _buyer_consent(body, out)
+
+
+def cart(body: Mapping[str, Any], pv: ProtocolVersion) -> dict[str, Any]:
+    """A neutral cart body (S:shopping/cart.json) as 2026-08-25: ``buyer.consent`` by the checkout's
+    rule. The rest of a cart (line items, signed estimated totals, ``continue_url``, ``expires_at``)
+    has one shape at both versions, and so has every catalog answer (search, lookup, get_product:
+    nothing is registered for ``catalog``, the identity)."""
+    return _buyer_consent(body, dict(body))
 
 
 def _consent_booleans(consent: Any, path: str) -> dict[str, bool]:
@@ -192,6 +209,12 @@ def _consent_booleans(consent: Any, path: str) -> dict[str, bool]:
     return out
 
 
+def _consent_request(data: Mapping[str, Any], out: dict[str, Any]) -> None:
+    buyer = data.get("buyer")
+    if isinstance(buyer, Mapping) and "consent" in buyer:
+        out["buyer"] = dict(buyer, consent=_consent_booleans(buyer["consent"], "$.buyer.consent"))
+
+
 def checkout_request(data: Mapping[str, Any], pv: ProtocolVersion) -> dict[str, Any]:
     """A 2026-08-25 checkout create/update body in the neutral shape (consent purposes -> booleans,
     destination types dropped). Raises: BadRequest (400 ``invalid_request``) naming the path of a
@@ -201,10 +224,24 @@ def checkout_request(data: Mapping[str, Any], pv: ProtocolVersion) -> dict[str, 
     if not has_consent and "fulfillment" not in data:
         return data  # type: ignore[return-value]
     out = dict(data)
-    if has_consent:
-        out["buyer"] = dict(buyer, consent=_consent_booleans(buyer["consent"], "$.buyer.consent"))  # type: ignore[arg-type]
+    _consent_request(data, out)
     if "fulfillment" in data:
         out["fulfillment"] = _fulfillment_request(data["fulfillment"])
+    return out
+
+
+def cart_request(data: Mapping[str, Any], pv: ProtocolVersion) -> dict[str, Any]:
+    """A 2026-08-25 cart create/update body in the neutral shape: ``buyer.consent`` purposes ->
+    booleans (so a checkout made from the cart keeps the platform's decisions). Raises BadRequest
+    (400) naming the path of a malformed decision; a body that is not an object passes as it is
+    (the cart's own validation refuses it)."""
+    if not isinstance(data, Mapping):
+        return data  # type: ignore[return-value]
+    buyer = data.get("buyer")
+    if not (isinstance(buyer, Mapping) and "consent" in buyer):
+        return data  # type: ignore[return-value]
+    out = dict(data)
+    _consent_request(data, out)
     return out
 
 
@@ -212,3 +249,5 @@ register_shape("profile", ROOT, response=profile)
 register_shape("payment_handlers", ROOT, response=payment_handlers)
 register_shape("checkout", ROOT, response=checkout)
 register_shape("checkout.request", ROOT, request=checkout_request)
+register_shape("cart", ROOT, response=cart)
+register_shape("cart.request", ROOT, request=cart_request)
