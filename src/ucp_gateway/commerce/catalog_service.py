@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import asyncpg
+import structlog
 
 from . import catalog_store
 from .catalog_api import (
@@ -30,8 +31,10 @@ __all__ = ["CATALOG_LOOKUP", "CATALOG_SEARCH", "get_product", "lookup", "search"
 CATALOG_SEARCH = "dev.ucp.shopping.catalog.search"
 CATALOG_LOOKUP = "dev.ucp.shopping.catalog.lookup"
 
-# does the database have pg_trgm (migration 0065)? asked once per process (one database each)
+# does the database have pg_trgm (migration 0065)? asked once per process (one database each),
+# with whether text matches use the GIN index (migration 0067): a warning once when they cannot
 _TRGM: list[bool] = []
+_log = structlog.get_logger("ucp_gateway.commerce.catalog")
 
 
 def catalog_ucp(ctx: CommerceContext, name: str) -> dict[str, Any]:
@@ -45,7 +48,14 @@ def catalog_ucp(ctx: CommerceContext, name: str) -> dict[str, Any]:
 
 async def _trgm(conn: asyncpg.Connection) -> bool:
     if not _TRGM:
-        _TRGM.append(await catalog_store.has_trgm(conn))
+        trgm, gin = await catalog_store.search_features(conn)
+        if not gin:
+            _log.warning(
+                "catalog_search_without_gin_index",
+                reason="ts_match_vq is not LEAKPROOF (migrated by a non-superuser)",
+                fix="a superuser runs once: ALTER FUNCTION ts_match_vq(tsvector, tsquery) LEAKPROOF",
+            )
+        _TRGM.append(trgm)
     return _TRGM[0]
 
 
@@ -54,6 +64,8 @@ async def search(conn: asyncpg.Connection, ctx: CommerceContext, data: Any) -> O
     and cursor pagination. When a query finds nothing on its first page, it is retried typo-tolerant
     (pg_trgm title similarity when the server has it, else word prefixes), said by an info message."""
     q = parse_search(data, shop_currency=ctx.currency)
+    if not _TRGM:
+        await _trgm(conn)  # the first search of the process asks what the database offers
     messages: list[dict[str, Any]] = []
     rows = await catalog_store.search_rows(conn, q)
     if not rows and q.text is not None and q.after is None and not (q.fuzzy or q.trgm) and q.sort == "relevance":

@@ -19,8 +19,8 @@ __all__ = [
     "SearchQuery",
     "export_rows",
     "get_rows",
-    "has_trgm",
     "lookup_rows",
+    "search_features",
     "search_rows",
     "upsert_items",
 ]
@@ -202,9 +202,15 @@ async def export_rows(conn: asyncpg.Connection, *, after: str = "", batch: int =
     return [dict(r) for r in await conn.fetch(sql, after, batch)]
 
 
-async def has_trgm(conn: asyncpg.Connection) -> bool:
-    """Whether pg_trgm is installed in this database (migration 0065 installs it when available)."""
-    return bool(await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"))
+async def search_features(conn: asyncpg.Connection) -> tuple[bool, bool]:
+    """``(pg_trgm installed, ts_match_vq LEAKPROOF)`` in this database: typo tolerance by trigrams
+    (migration 0065 installs pg_trgm when available), and whether a text match can be a GIN index
+    condition under row-level security (migration 0067 marks it when a superuser migrates)."""
+    row = await conn.fetchrow(
+        "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') AS trgm,"
+        " (SELECT proleakproof FROM pg_proc WHERE oid = 'ts_match_vq(tsvector, tsquery)'::regprocedure) AS gin"
+    )
+    return bool(row["trgm"]), bool(row["gin"])
 
 
 def _products_json(items: Sequence[FeedItem]) -> list[dict[str, Any]]:
