@@ -197,3 +197,83 @@ async def test_an_anonymous_agents_checkout_is_finished_by_the_buyer_on_the_page
     assert done["status"] == "completed" and done["order"]["id"].startswith("ord_"), done
     await browser.get(path)
     assert "This checkout is complete." in await browser.text() and done["order"]["label"] in await browser.text()
+
+
+VISA_OK, VISA_DECLINED = "4242 4242 4206 1234", "4000000000020000"  # the demo instruments' last digits
+
+
+async def _handed_off(shop, database, company) -> tuple[dict, str]:
+    async with tenant_tx(database.pool, company.id) as conn:
+        await conn.execute("UPDATE companies SET signature_policy = 'optional' WHERE id = $1", company.id)
+    r = await shop.post(url("/checkout-sessions"), json=payload("pot_ceramic", fulfillment=SHIP_US),
+                        headers=headers(key=new_key()))  # fmt: skip
+    co = await r.json()
+    assert r.headers.get("UCP-Access-Level") == "anonymous", co
+    r = await shop.post(url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key()))
+    body = await r.json()
+    assert any(m["code"] == "buyer_handoff_required" for m in body["messages"]), body
+    return body, urlsplit(body["continue_url"]).path
+
+
+async def test_the_buyer_pays_on_the_page_and_the_agent_reads_the_order(shop, browser_for, database, company):
+    """A checkout an anonymous agent built is completed by the buyer on the page (the demo handler's
+    card form); the agent then reads it completed, with its order; the card number is never shown."""
+    co, path = await _handed_off(shop, database, company)
+    browser = browser_for(shop)
+    await browser.get(path)
+    await browser.screenshot("buyer_pay_page")
+    main = await browser.text()
+    assert "Or pay here yourself" in main and "demo payment handler" in main
+    await browser.type("#card_number", VISA_OK)
+    await browser.type("#card_expiry", "12/39")
+    await browser.click("#pay_agree")
+    await browser.submit("#pay-button", path + "?paid=1")
+    await browser.screenshot("buyer_pay_done")
+    main = await browser.text()
+    assert "your order is placed" in main and "This checkout is complete." in main
+    html = await browser.source()
+    assert "4242" not in html and "1234" not in html and "success_token" not in html  # no card data shown back
+
+    r = await shop.get(url(f"/checkout-sessions/{co['id']}"), headers=headers())
+    seen = await r.json()
+    assert seen["status"] == "completed" and seen["order"]["id"].startswith("ord_"), seen
+    assert seen["order"]["label"] in main
+    r = await shop.get(urlsplit(seen["order"]["permalink_url"]).path)
+    assert r.status == 200 and seen["order"]["label"] in await r.text()
+    _page_headers(r)
+    async with tenant_tx(database.pool, company.id) as conn:
+        orders = await conn.fetchval("SELECT count(*) FROM orders WHERE checkout_id = $1", co["id"])
+        audit = await conn.fetch("SELECT decision FROM verb_audit_log WHERE verb = 'checkout.complete'")
+        ref = await conn.fetchval("SELECT token_ref FROM payments WHERE checkout_id = $1", co["id"])
+    assert orders == 1 and ref == "demo:instr_1" and [a["decision"] for a in audit][-1] == "allowed"
+    # the agent's own complete now finds the checkout completed: no second order
+    r = await shop.post(url(f"/checkout-sessions/{co['id']}/complete"), json=pay(), headers=headers(key=new_key()))
+    assert r.status == 409
+
+
+async def test_the_page_refuses_a_bad_card_a_decline_and_a_replay(shop, browser_for, database, company):
+    co, path = await _handed_off(shop, database, company)
+    browser = browser_for(shop)
+    await browser.get(path)
+    form = await _form(browser, path)
+    token = await browser.value("form[action$='/pay'] input[name=confirmation_token]")
+    pay_form = {"csrf_token": form["csrf_token"], "card_expiry": "12/39", "agree": "yes", "confirmation_token": token}
+
+    def post(**f):
+        return shop.post(path + "/pay", data={**pay_form, **f}, cookies={"ucpgw_csrf": form["cookie"]},
+                         allow_redirects=False)  # fmt: skip
+
+    r = await post(card_number="4242424242424241")  # not Luhn-valid: refused, the form still good
+    assert r.status == 400 and "not accepted" in await r.text()
+    r = await post(card_number=VISA_OK, card_expiry="01/20")
+    assert r.status == 400
+    r = await post(card_number=VISA_OK, csrf_token="x" * 43)
+    assert r.status == 403
+    r = await post(card_number=VISA_DECLINED)
+    assert r.status == 402 and "declined" in await r.text()
+    r = await post(card_number=VISA_OK)  # the token was spent by the declined attempt
+    assert r.status == 409 and "already sent" in await r.text()
+    r = await shop.get(url(f"/checkout-sessions/{co['id']}"), headers=headers())
+    assert (await r.json())["status"] != "completed"
+    async with tenant_tx(database.pool, company.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM orders WHERE checkout_id = $1", co["id"]) == 0

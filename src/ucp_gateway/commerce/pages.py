@@ -49,7 +49,7 @@ from ..htmlpage import (
     tokens_equal,
 )
 from ..tenancy import Company
-from . import confirm, repo
+from . import confirm, page_pay, repo
 from .checkout import rfc3339
 from .context import company_of
 from .orders import render_order
@@ -152,7 +152,9 @@ def checkout_view(shop: str, host: str, checkout: Mapping[str, Any], *, status: 
         ],
         "problem": None,
         "confirmed_now": False,
+        "paid_now": False,
         "form": None,
+        "pay": None,
     }
 
 
@@ -254,8 +256,12 @@ async def checkout_page(request: web.Request, company: Company) -> web.Response:
                 "total": next((t["amount"] for t in body.get("totals") or [] if t["type"] == "total"), 0),
                 "expires_at": rfc3339(now + timedelta(seconds=ttl)),
             }
+            if page_pay.pay_ready(body):  # the agent may not place it: the buyer may pay here
+                view["pay"] = await page_pay.pay_form(conn, company.id, cid, digest, csrf, view["form"]["total"],
+                                                      now=now, ttl=ttl)  # fmt: skip
         elif request.query.get("confirmed") == "1":
             view["confirmed_now"] = await confirm.has_confirmation(conn, cid, digest)
+        view["paid_now"] = request.query.get("paid") == "1" and status == "completed"
     resp = page("checkout.html", **view)
     if view["form"] is not None:
         set_cookie(resp, CSRF_COOKIE, csrf, path=_COOKIE_PATH, max_age=request.app[SETTINGS].consent_page_ttl)
@@ -304,6 +310,28 @@ async def confirm_checkout(request: web.Request, company: Company) -> web.Respon
 
 
 @_shop_page
+async def pay_checkout(request: web.Request, company: Company) -> web.Response:
+    """``POST /checkout-sessions/{id}/pay``: the buyer pays on the page (:mod:`.page_pay`)."""
+    shop, cid = _name(company), request.match_info["id"]
+    back = f"/checkout-sessions/{cid}"
+    if not same_origin(request):
+        return _message(shop, "Not paid", "This form was sent from another site.", status=403, back=back)
+    form = await request.post()
+    csrf, token = form.get("csrf_token"), form.get("confirmation_token")
+    if not isinstance(csrf, str) or not isinstance(token, str) or not tokens_equal(csrf, _csrf_of(request)):
+        return _message(
+            shop, "Not paid", "The form's security check failed. Open the checkout again.", status=403, back=back
+        )
+    refused = page_pay.pay_refusal(form, request.app[CLOCK].now())
+    if refused:
+        return _message(shop, "Not paid", refused, status=400, back=back)
+    status, why = await page_pay.pay(request, company, cid, token, csrf, form)
+    if status == 303:
+        raise page_pay.see_page(cid)
+    return _message(shop, "Not paid", why, "Open the checkout again.", status=status, back=back)
+
+
+@_shop_page
 async def order_page(request: web.Request, company: Company) -> web.Response:
     async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
         order, events, adjs = await repo.get_order_rows(conn, request.match_info["id"])
@@ -321,6 +349,7 @@ def setup_pages(app: web.Application) -> None:
     app.router.add_get("/privacy", _policy("privacy"))
     app.router.add_get("/checkout-sessions/{id}", checkout_page)
     app.router.add_post("/checkout-sessions/{id}/confirm", confirm_checkout)
+    app.router.add_post("/checkout-sessions/{id}/pay", pay_checkout)
     app.router.add_get("/orders/{id}", order_page)
     from .catalog_pages import setup_catalog_pages
 
