@@ -9,60 +9,14 @@ import asyncio
 import json
 from urllib.parse import urlsplit
 
-import pytest
-
-from ucp_gateway.commerce.webhooks import WebhookWorker, _default_signer, profile_target_resolver
 from ucp_gateway.db import tenant_tx
-from ucp_gateway.discovery import ProfileFetcher
-from ucp_gateway.keys import ensure_active_key
 
-from .conftest import Platform, make_app, new_key
-from .sigutil import BuyerKey, Msg, RespMsg, verify_with_jwk
-
-
-@pytest.fixture
-async def buyer():
-    key = BuyerKey()
-    p = await Platform(signing_keys=[dict(key.jwk)]).start()
-    p.key = key
-    yield p
-    await p.runner.cleanup()
+from .conftest import new_key
+from .signedflow import buyer, deliver_webhooks, shop, signature_kid, signed, verify_webhook  # noqa: F401 - fixtures
+from .sigutil import RespMsg, verify_with_jwk
 
 
-@pytest.fixture
-async def shop(aiohttp_client, database, db_settings, company, tmp_path):
-    async with tenant_tx(database.pool, company.id) as conn:  # the production default
-        await conn.execute("UPDATE companies SET signature_policy = 'required' WHERE id = $1", company.id)
-    # the shop's first key was made at seed time under the test's dev KEK ring, which the app loads too
-    app = make_app(database, db_settings, public_scheme="http")
-    client = await aiohttp_client(app)
-    await ensure_active_key(database.pool, company.id, now=_now())
-    return client
-
-
-def _now():
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC)
-
-
-async def _signed(client, buyer, method: str, url: str, body: dict | None = None, key: str | None = None):
-    raw = json.dumps(body).encode() if body is not None else b""
-    h = {"UCP-Agent": f'profile="{buyer.base}/profile/a.json"'}
-    if body is not None:
-        h["Content-Type"] = "application/json"
-    if key:
-        h["Idempotency-Key"] = key
-    path = urlsplit(url).path
-    full = str(client.make_url(path))
-    h = buyer.key.sign(method, full, h, raw)
-    h["Accept-Signature"] = 'sig1=("@status" "content-digest" "content-type")'  # ours is signed instead
-    r = await client.request(method, path, data=raw or None, headers=h)
-    r.sent = Msg(method, full, h, raw)
-    return r
-
-
-async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings):
+async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings):  # noqa: F811 - the imported fixture
     # discover
     r = await shop.get("/.well-known/ucp")
     profile = await r.json()
@@ -80,7 +34,7 @@ async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings)
     assert r.status == 401
 
     create = {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 2}]}
-    r = await _signed(shop, buyer, "POST", base + "/checkout-sessions", create, new_key())
+    r = await signed(shop, buyer, "POST", base + "/checkout-sessions", create, new_key())
     co = await r.json()
     assert r.status == 201, co
     assert set(co["ucp"]["capabilities"]) >= {"dev.ucp.shopping.checkout", "dev.ucp.shopping.fulfillment"}
@@ -106,14 +60,14 @@ async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings)
             ]
         },
     }
-    r = await _signed(shop, buyer, "PUT", base + f"/checkout-sessions/{co['id']}", upd, new_key())
+    r = await signed(shop, buyer, "PUT", base + f"/checkout-sessions/{co['id']}", upd, new_key())
     co = await r.json()
     options = co["fulfillment"]["methods"][0]["groups"][0]["options"]
     upd["fulfillment"]["methods"][0]["groups"] = [
         {"id": co["fulfillment"]["methods"][0]["groups"][0]["id"], "selected_option_id": options[0]["id"]}
     ]
     upd["discounts"] = {"codes": ["10OFF"]}
-    r = await _signed(shop, buyer, "PUT", base + f"/checkout-sessions/{co['id']}", upd, new_key())
+    r = await signed(shop, buyer, "PUT", base + f"/checkout-sessions/{co['id']}", upd, new_key())
     co = await r.json()
     assert co["status"] == "ready_for_complete", co
     assert {t["type"]: t["amount"] for t in co["totals"]} == {
@@ -137,50 +91,31 @@ async def test_signed_buyer_agent_end_to_end(shop, buyer, database, db_settings)
         }
     }
     ckey = new_key()
-    r1 = await _signed(shop, buyer, "POST", base + f"/checkout-sessions/{co['id']}/complete", pay, ckey)
+    r1 = await signed(shop, buyer, "POST", base + f"/checkout-sessions/{co['id']}/complete", pay, ckey)
     b1 = await r1.read()
     assert r1.status == 200, b1
     done = json.loads(b1)
     assert done["status"] == "completed" and b"success_token" not in b1
-    kid = r1.headers["Signature-Input"].split('keyid="')[1].split('"')[0]
+    kid = signature_kid(r1.headers)
     bound = ('"@method";req', '"@authority";req', '"@path";req', '"ucp-agent";req', '"idempotency-key";req')
     verify_with_jwk(
         RespMsg(r1.status, dict(r1.headers), b1, r1.sent), shop_keys[kid], ("@status", "content-digest", *bound)
     )
 
     # the order webhook, signed with the company key, verified against /.well-known/ucp
-    settings = db_settings.model_copy(update={"dev_profile_hosts": ["127.0.0.1"]})  # the buyer's http host
-    fetcher = ProfileFetcher(settings)
-    w = WebhookWorker(
-        database.pool, settings, _Clock(), signer=_default_signer, resolve_target=profile_target_resolver(fetcher)
-    )
-    try:
-        assert await w.run_once() == 1
-    finally:
-        await w.close()
-        await fetcher.close()
+    assert await deliver_webhooks(database, db_settings) == 1
     ((h, body),) = buyer.received
     order = json.loads(body)
     assert order["id"] == done["order"]["id"] and order["totals"][-1]["amount"] == 3200
-    wkid = h["Signature-Input"].split('keyid="')[1].split('"')[0]
-    verify_with_jwk(
-        Msg("POST", buyer.base + "/webhooks", h, body),
-        shop_keys[wkid],
-        ("@method", "@authority", "@path", "content-digest", "content-type", "ucp-agent"),
-    )
+    verify_webhook(buyer, h, body, shop_keys)
     assert h["UCP-Agent"].startswith('profile="') and h["Webhook-Id"] and h["Webhook-Timestamp"].isdigit()
 
     # a replayed complete (freshly signed, same key and body) is byte-identical
-    r2 = await _signed(shop, buyer, "POST", base + f"/checkout-sessions/{co['id']}/complete", pay, ckey)
+    r2 = await signed(shop, buyer, "POST", base + f"/checkout-sessions/{co['id']}/complete", pay, ckey)
     assert (r2.status, await r2.read()) == (r1.status, b1)
 
 
-class _Clock:
-    def now(self):
-        return _now()
-
-
-async def test_signed_body_must_be_application_json(shop, buyer):
+async def test_signed_body_must_be_application_json(shop, buyer):  # noqa: F811 - the imported fixture
     """Regression: a signed create with ``Content-Type: text/plain`` and a JSON body answered 201."""
     base = "/ucp/v1/checkout-sessions"
     raw = json.dumps({"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}).encode()
@@ -203,12 +138,12 @@ async def test_signed_body_must_be_application_json(shop, buyer):
     assert r.status == 415 and (await r.json())["code"] == "unsupported_media_type"
 
 
-async def test_an_unsigned_caller_never_acts_as_a_verified_platform(shop, buyer, database, company):
+async def test_an_unsigned_caller_never_acts_as_a_verified_platform(shop, buyer, database, company):  # noqa: F811 - the imported fixture
     """Regression (security review): under signature policy ``optional`` an unsigned request naming
     a platform's profile in UCP-Agent was that platform: it read its checkouts and reached its
     idempotency records. The claimed profile is now a separate identity (``unverified:<url>``)."""
     base = "/ucp/v1/checkout-sessions"
-    r = await _signed(shop, buyer, "POST", base, {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}, "k1")
+    r = await signed(shop, buyer, "POST", base, {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}, "k1")
     co = await r.json()
     assert r.status == 201, co
     async with tenant_tx(database.pool, company.id) as conn:
@@ -232,13 +167,13 @@ async def test_an_unsigned_caller_never_acts_as_a_verified_platform(shop, buyer,
     other = await r.json()
     assert r.status == 201 and "Idempotent-Replayed" not in r.headers and other["id"] != co["id"], other
     # the signed platform still sees its own checkout, and not the unsigned caller's
-    r = await _signed(shop, buyer, "GET", f"{base}/{co['id']}")
+    r = await signed(shop, buyer, "GET", f"{base}/{co['id']}")
     assert r.status == 200 and (await r.json())["id"] == co["id"]
-    r = await _signed(shop, buyer, "GET", f"{base}/{other['id']}")
+    r = await signed(shop, buyer, "GET", f"{base}/{other['id']}")
     assert (await r.json())["messages"][0]["code"] == "not_found"
 
 
-async def test_a_missing_required_header_is_named(shop, buyer):
+async def test_a_missing_required_header_is_named(shop, buyer):  # noqa: F811 - the imported fixture
     """Regression (newcomer): a signed POST without Idempotency-Key (or a body without Content-Type)
     got "signature does not cover required components: idempotency-key", which did not say the
     header itself was missing."""

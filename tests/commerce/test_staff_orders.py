@@ -15,7 +15,7 @@ from ucp_gateway.tenancy import create_company
 
 from ..test_cli import run as run_cli
 from .conftest import SHIP_US, agent, headers, new_key, pay, payload, url
-from .test_e2e_signed import _signed, buyer, shop  # noqa: F401 - fixtures of the signed buyer
+from .signedflow import buyer, shop, signed  # noqa: F401 - fixtures of the signed buyer
 
 
 async def _order(client, item="pot_ceramic", qty=2, codes=("10OFF",)) -> dict:
@@ -138,13 +138,13 @@ async def test_staff_verbs_and_explain_total_on_a_ucp_order(client, database, co
 async def test_staff_see_the_signed_buyers_order(shop, buyer, database, company, db_settings):  # noqa: F811
     create = {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}]}
     base = "/ucp/v1"
-    r = await _signed(shop, buyer, "POST", base + "/checkout-sessions", create, new_key())
+    r = await signed(shop, buyer, "POST", base + "/checkout-sessions", create, new_key())
     co = await r.json()
     assert r.status == 201, co
     upd = {**create, "fulfillment": SHIP_US}
-    r = await _signed(shop, buyer, "PUT", base + f"/checkout-sessions/{co['id']}", upd, new_key())
+    r = await signed(shop, buyer, "PUT", base + f"/checkout-sessions/{co['id']}", upd, new_key())
     assert (await r.json())["status"] == "ready_for_complete"
-    r = await _signed(shop, buyer, "POST", base + f"/checkout-sessions/{co['id']}/complete", pay(), new_key())
+    r = await signed(shop, buyer, "POST", base + f"/checkout-sessions/{co['id']}/complete", pay(), new_key())
     done = await r.json()
     assert done["status"] == "completed", done
 

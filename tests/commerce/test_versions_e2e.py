@@ -9,28 +9,21 @@ completed under 2026-08-25 is one checkout and one order."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 import pytest
 
-from ucp_gateway.commerce.webhooks import WebhookWorker, _default_signer, profile_target_resolver
 from ucp_gateway.db import tenant_tx
-from ucp_gateway.discovery import ProfileFetcher
-from ucp_gateway.keys import ensure_active_key
 from ucp_gateway.versions import SERVED, VERSIONS
 
 from ..ucp_models import validate
-from .conftest import SHIP_US, Platform, headers, make_app, new_key, pay, payload
-from .sigutil import BuyerKey, Msg, RespMsg, verify_with_jwk
+from .conftest import SHIP_US, Platform, headers, new_key, pay, payload
+from .signedflow import deliver_webhooks, shop, signature_kid, signed, verify_webhook  # noqa: F401 - fixture
+from .sigutil import BuyerKey, RespMsg, verify_with_jwk
 
 NEW, OLD = "2026-08-25", "2026-04-08"
 PURPOSE = "dev.ucp.consent.marketing"
-
-
-class _Clock:
-    def now(self):
-        return datetime.now(UTC)
 
 
 @pytest.fixture
@@ -44,30 +37,6 @@ async def platforms():
     yield out
     for p in out.values():
         await p.runner.cleanup()
-
-
-@pytest.fixture
-async def shop(aiohttp_client, database, db_settings, company):
-    async with tenant_tx(database.pool, company.id) as conn:
-        await conn.execute("UPDATE companies SET signature_policy = 'required' WHERE id = $1", company.id)
-    client = await aiohttp_client(make_app(database, db_settings, public_scheme="http"))
-    await ensure_active_key(database.pool, company.id, now=datetime.now(UTC))
-    return client
-
-
-async def _signed(client, buyer, method: str, path: str, body: dict | None = None, key: str | None = None):
-    raw = json.dumps(body).encode() if body is not None else b""
-    h = {"UCP-Agent": f'profile="{buyer.base}/profile/a.json"'}
-    if body is not None:
-        h["Content-Type"] = "application/json"
-    if key:
-        h["Idempotency-Key"] = key
-    full = str(client.make_url(path))
-    h = buyer.key.sign(method, full, h, raw)
-    h["Accept-Signature"] = 'sig1=("@status" "content-digest" "content-type")'
-    r = await client.request(method, path, data=raw or None, headers=h)
-    r.sent = Msg(method, full, h, raw)
-    return r
 
 
 def _own_shapes(body: dict, version: str) -> None:
@@ -91,16 +60,16 @@ def _own_shapes(body: dict, version: str) -> None:
     assert validate("checkout", body) == version
 
 
-async def _checkout(shop, buyer, version: str, shop_keys: dict) -> tuple[dict, dict]:
+async def _checkout(client, buyer, version: str, shop_keys: dict) -> tuple[dict, dict]:
     base = "/ucp/v1"
-    r = await _signed(shop, buyer, "POST", base + "/checkout-sessions", payload("pot_ceramic", 2), new_key())
+    r = await signed(client, buyer, "POST", base + "/checkout-sessions", payload("pot_ceramic", 2), new_key())
     co = await r.json()
     assert r.status == 201, co
     _own_shapes(co, version)
     consent = {PURPOSE: {"granted": True, "source": "platform"}} if version == NEW else {"marketing": True}
     upd = payload("pot_ceramic", 2, fulfillment=SHIP_US, discounts={"codes": ["10OFF"]})
     upd["buyer"] = {"email": f"buyer-{version}@example.com", "consent": consent}
-    r = await _signed(shop, buyer, "PUT", base + f"/checkout-sessions/{co['id']}", upd, new_key())
+    r = await signed(client, buyer, "PUT", base + f"/checkout-sessions/{co['id']}", upd, new_key())
     co = await r.json()
     assert r.status == 200 and co["status"] == "ready_for_complete", co
     _own_shapes(co, version)
@@ -110,17 +79,17 @@ async def _checkout(shop, buyer, version: str, shop_keys: dict) -> tuple[dict, d
         assert co["buyer"]["consent"]["dev.ucp.consent.analytics"]["source"] == "business"
     else:
         assert co["buyer"]["consent"] == {"marketing": True}
-    r = await _signed(shop, buyer, "POST", base + f"/checkout-sessions/{co['id']}/complete", pay(), new_key())
+    r = await signed(client, buyer, "POST", base + f"/checkout-sessions/{co['id']}/complete", pay(), new_key())
     raw = await r.read()
     done = json.loads(raw)
     assert r.status == 200 and done["status"] == "completed", done
     _own_shapes(done, version)
-    kid = r.headers["Signature-Input"].split('keyid="')[1].split('"')[0]
+    kid = signature_kid(r.headers)
     verify_with_jwk(RespMsg(r.status, dict(r.headers), raw, r.sent), shop_keys[kid], ("@status", "content-digest"))
     return co, done
 
 
-async def test_each_version_completes_a_signed_checkout_in_its_own_shapes(shop, platforms, database, db_settings):
+async def test_each_version_completes_a_signed_checkout_in_its_own_shapes(shop, platforms, database, db_settings):  # noqa: F811 - the imported fixture
     root = await (await shop.get("/.well-known/ucp")).json()
     assert root["ucp"]["version"] == NEW and set(root["ucp"]["supported_versions"]) == {OLD}
     orders = {}
@@ -133,16 +102,7 @@ async def test_each_version_completes_a_signed_checkout_in_its_own_shapes(shop, 
         orders[version] = (done["order"]["id"], shop_keys)
 
     # the order webhooks: each platform gets its order in its own version, signed by the shop
-    settings = db_settings.model_copy(update={"dev_profile_hosts": ["127.0.0.1"]})
-    fetcher = ProfileFetcher(settings)
-    worker = WebhookWorker(
-        database.pool, settings, _Clock(), signer=_default_signer, resolve_target=profile_target_resolver(fetcher)
-    )
-    try:
-        assert await worker.run_once() == 2
-    finally:
-        await worker.close()
-        await fetcher.close()
+    assert await deliver_webhooks(database, db_settings) == 2
     for version, (order_id, shop_keys) in orders.items():
         buyer = platforms[version]
         ((h, body),) = buyer.received
@@ -150,17 +110,12 @@ async def test_each_version_completes_a_signed_checkout_in_its_own_shapes(shop, 
         assert order["id"] == order_id and order["ucp"]["version"] == version
         assert {e["version"] for es in order["ucp"]["capabilities"].values() for e in es} == {version}
         assert validate("order", order) == version
-        wkid = h["Signature-Input"].split('keyid="')[1].split('"')[0]
-        verify_with_jwk(
-            Msg("POST", buyer.base + "/webhooks", h, body),
-            shop_keys[wkid],
-            ("@method", "@authority", "@path", "content-digest", "content-type", "ucp-agent"),
-        )
+        verify_webhook(buyer, h, body, shop_keys)
         # the webhook names the root profile (2026-04-08 SIG: a business profile URL is /.well-known/ucp)
         assert urlsplit(h["UCP-Agent"].split('"')[1]).path == "/.well-known/ucp"
 
     # a 2026-01-23 platform: 422 version_unsupported naming what is served
-    r = await _signed(shop, platforms["2026-01-23"], "POST", "/ucp/v1/checkout-sessions", payload(), new_key())
+    r = await signed(shop, platforms["2026-01-23"], "POST", "/ucp/v1/checkout-sessions", payload(), new_key())
     body = await r.json()
     assert r.status == 422 and body["code"] == "version_unsupported", body
     assert body["supported_versions"] == list(SERVED)
