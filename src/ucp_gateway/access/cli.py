@@ -83,8 +83,11 @@ def _identity(args: argparse.Namespace) -> str | None:
         from .mtls import load_certificate_file
 
         return certificate_identities(load_certificate_file(args.cert))[0]
-    if args.fingerprint or args.subject:
-        return f"sha256:{args.fingerprint.removeprefix('sha256:')}" if args.fingerprint else f"subject:{args.subject}"
+    if args.fingerprint:
+        fp = args.fingerprint
+        return fp if fp.lower().startswith("sha256:") else "sha256:" + fp
+    if args.subject:
+        return "subject:" + args.subject
     raise ConfigError("--kind mtls-cert needs --cert PEM, --fingerprint sha256:HEX or --subject DN")
 
 
