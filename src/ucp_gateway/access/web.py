@@ -160,3 +160,6 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/admin/v1/partners/credentials", credentials_get)
     app.router.add_post("/admin/v1/partners/credentials", credentials_post)
     app.router.add_post("/admin/v1/partners/credentials/{id}/revoke", credentials_revoke)
+    from .pages import setup_pages  # the staff page of the same credentials (list, revoke)
+
+    setup_pages(app)
