@@ -158,7 +158,7 @@ async def _flows(port: int, buyers: list, seconds: float, rate: float | None = N
 
 async def _walk(port: int) -> tuple[float, int]:
     """Seconds to read every agent-graph page (following ``next``) and the companies listed."""
-    c = cf.Connection(port, "127.0.0.1")
+    c = cf.Connection(port, "platform.localhost")
     path, n, t0 = "/ucp/agent-graph", 0, time.perf_counter()
     try:
         while path:
@@ -290,6 +290,7 @@ async def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("UCPGW_") and k != "DATABASE_URL"}
     env.update(cf.gateway_env(dsn, ring, tmp))
     env.update(UCPGW_KEYS_SCHEDULER_INTERVAL=str(args.interval), UCPGW_RETENTION_INTERVAL=str(args.interval))
+    env.update(UCPGW_PLATFORM_HOSTS='["platform.localhost"]')  # the agent graph's host (127.0.0.1 is a company's)
     results = []
     try:
         await cf._prepare(dsn, ring, tmp / "keys")  # the demo company (1), its catalogue and first key

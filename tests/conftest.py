@@ -125,6 +125,7 @@ async def db_settings(pg_base_dsn, template_db, tmp_path) -> AsyncIterator[Setti
             keys_dir=tmp_path / "data" / "keys",  # the test's own dev KEK ring, never the repo's keys/
             environment="development",
             log_level="warning",
+            platform_hosts=("platform.test",),  # the tests' platform node; any other unbound Host is a 404
         )
     finally:
         await _drop_db(pg_base_dsn, name)

@@ -201,8 +201,10 @@ def test_stdlib_lines_are_json_and_keep_a_real_faults_traceback(db_settings):
     assert second["level"] == "error" and "RuntimeError: boom" in second["exception"]
 
 
-async def _http_get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> bytes:
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+async def _http_get(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, host: str = "127.0.0.1"
+) -> bytes:
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
     await writer.drain()
     try:
         return await asyncio.wait_for(reader.read(), 10)  # to EOF
@@ -230,7 +232,7 @@ async def test_connections_made_before_the_stop_are_answered_and_new_ones_refuse
     late = await asyncio.open_connection("127.0.0.1", port)  # accepted or still queued
     stop.set()  # what SIGTERM does
     await asyncio.sleep(0.1)  # the stop has begun: the listening socket is closed
-    answers = await asyncio.gather(_http_get(*early, "/healthz"), _http_get(*late, "/.well-known/ucp"))
+    answers = await asyncio.gather(_http_get(*early, "/healthz"), _http_get(*late, "/.well-known/ucp", "platform.test"))
     assert [a.split(b"\r\n", 1)[0] for a in answers] == [b"HTTP/1.1 200 OK"] * 2
     try:
         await asyncio.open_connection("127.0.0.1", port)

@@ -246,7 +246,7 @@ async def test_settings_that_are_no_json_object_fail_closed_with_a_json_error(
         await get_company(database.pool, "odd")
     # the other tenants and the directory (agent graph, key rotation) go on
     assert (await client.get("/.well-known/ucp", headers={"Host": "fine.example"})).status == 200
-    assert (await client.get("/.well-known/ucp", headers={"Host": "platform.example"})).status == 200
+    assert (await client.get("/.well-known/ucp", headers={"Host": "platform.test"})).status == 200
     assert [(c.slug, c.settings) for c in await list_companies(database.pool)] == [("fine", {}), ("odd", {})]
 
 
@@ -289,7 +289,7 @@ async def test_settings_nested_too_deep_fail_closed_for_that_company_only(aiohtt
     assert r.status == 500 and body["code"] == "company_misconfigured", body
     assert "nested too deep" in body["content"], body
     assert (await client.get("/.well-known/ucp", headers={"Host": "fine.example"})).status == 200
-    assert (await client.get("/ucp/agent-graph", headers={"Host": "fine.example"})).status == 200
+    assert (await client.get("/ucp/agent-graph", headers={"Host": "platform.test"})).status == 200
     assert [(c.slug, c.settings) for c in await list_companies(database.pool)] == [("fine", {}), ("odd", {})]
 
 

@@ -243,6 +243,10 @@ def _settings_from(args: argparse.Namespace) -> Settings:
             settings.public_port = settings.port  # the demo is reached on its listen port, not 80
         if "environment" not in settings.model_fields_set:
             settings.environment = "development"
+        if not {"platform_hosts", "platform_origin"} & settings.model_fields_set:
+            # the platform node on a loopback name of its own (RFC 6761: *.localhost is loopback;
+            # curl resolves it itself), apart from the flower shop's 127.0.0.1 and localhost
+            settings.platform_hosts = ("platform.localhost",)
     return settings
 
 

@@ -56,6 +56,17 @@ class Settings(BaseSettings):
         "profile endpoints, webhook UCP-Agent). None: the port of the request's Host header (none without a "
         "request). `serve --demo` sets the listen port. The scheme's default port is never written.",
     )
+    platform_hosts: tuple[str, ...] = Field(
+        default=(),
+        description="Host names that serve the platform node (its /.well-known/ucp listing the companies, and "
+        "/ucp/agent-graph); a Host bound to no company and not listed here is answered 404 not_found. Empty: the "
+        "host of platform_origin; neither set: no platform node. `serve --demo` sets platform.localhost.",
+    )
+    platform_origin: str | None = Field(
+        default=None,
+        description="Public origin (http(s)://host[:port]) of every URL in the platform node's documents, never "
+        "the request's Host. None: public_scheme://<first platform host>[:public_port].",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
     db_pool_min: int = Field(default=2, ge=1)

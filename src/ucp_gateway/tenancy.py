@@ -32,6 +32,7 @@ __all__ = [
     "CompanyNotFound",
     "CompanyRow",
     "HostCache",
+    "bindable_hostname",
     "company_row",
     "create_company",
     "get_company",
@@ -351,6 +352,13 @@ def _hostname(raw: str) -> str:
         # a zone is local to one machine; an IPv4-mapped address is the IPv4 host (bind that)
         raise BadRequest(f"invalid hostname {raw!r}: an IPv6 address without a zone, not IPv4-mapped nor ::")
     return ip.compressed
+
+
+def bindable_hostname(raw: str) -> str:
+    """``raw`` as a company (or platform) host name is stored: lower-case, no trailing dot, an IPv6
+    literal compressed and unbracketed. Raises BadRequest as :func:`create_company` does for a
+    port, a zone id, an IPv4-mapped address or a malformed name or address."""
+    return _hostname(raw)
 
 
 async def create_company(

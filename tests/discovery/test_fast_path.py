@@ -3,6 +3,8 @@ as the full middleware path, and only for requests the trust and signature middl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from multidict import CIMultiDict
 from yarl import URL
@@ -99,10 +101,13 @@ async def test_fast_answer_is_byte_identical_to_the_full_path(gw) -> None:
         gw.server.app[PUBLIC_FAST_PATHS][PATH] = saved
 
 
-async def test_unknown_host_gets_the_platform_node_and_a_bad_host_the_full_path(gw) -> None:
-    await gw.get(PATH, headers={"Host": "nobody.test"})  # platform node, rendered once
-    (status, _, body), used = await _same_both_ways(gw, "GET", {"Host": "nobody.test"})
+async def test_the_platform_host_gets_the_platform_node_an_unknown_one_404_and_a_bad_host_the_full_path(gw) -> None:
+    await gw.get(PATH, headers={"Host": "platform.test"})  # platform node, rendered once
+    (status, _, body), used = await _same_both_ways(gw, "GET", {"Host": "platform.test"})
     assert status == 200 and used == [200] and b'"ucp"' in body
+    await gw.get(PATH, headers={"Host": "nobody.test"})  # resolved: no company, not the platform's
+    (status, _, body), used = await _same_both_ways(gw, "GET", {"Host": "nobody.test"})
+    assert status == 404 and used == [0] and json.loads(body)["code"] == "not_found"  # never cached: declined
     (status, _, _), used = await _same_both_ways(gw, "GET", {"Host": "bad host"})
     # never resolved nor cached by the host cache, so the fast path is not even asked: the full path refuses it
     assert status == 400 and used == []

@@ -94,7 +94,7 @@ async def test_front_answers_are_byte_identical_to_the_foundation_and_the_full_p
     async with _serving(db_settings, front=True) as (front_port, _, front_calls):
         async with _serving(db_settings, front=False) as (mw_port, mw_app, mw_calls):
             for port in (front_port, mw_port):  # render and cache both profiles; the router is seen for GET/HEAD
-                for warm in (_req(), _req("HEAD"), _req(host="nobody.test"), _req(host="nobody.test")):
+                for warm in (_req(), _req("HEAD"), _req(host="platform.test"), _req(host="platform.test")):
                     assert (await _raw(port, warm))[0].startswith(b"HTTP/1.1 200")
             head, _ = await _raw(front_port, _req())
             etag = next(x for x in head.split(b"\r\n") if x.startswith(b"ETag: "))[6:].decode()
@@ -105,7 +105,8 @@ async def test_front_answers_are_byte_identical_to_the_foundation_and_the_full_p
                 (_req(extra="If-None-Match: *\r\n"), "front"),
                 (_req("HEAD"), "front"),
                 (_req("HEAD", extra=f"If-None-Match: {etag}\r\n"), "front"),
-                (_req(host="nobody.test"), "front"),  # the platform node
+                (_req(host="platform.test"), "front"),  # the platform node
+                (_req(host="nobody.test"), "full"),  # 404 on no company's nor the platform's host, never cached
                 (_req(host="SHOP.test"), "full"),  # not rendered for this spelling yet (then cached)
                 (_req(extra='UCP-Agent: profile="https://agent.example/.well-known/ucp"\r\n'), "front"),
                 (_req(extra="Request-Id: bad id!\r\n"), "front"),  # a fresh id (compared apart)

@@ -154,9 +154,12 @@ async def test_vendor_documents_and_agent_graph_are_public_on_a_company_host(
         for k in ("spec", "schema")
     ]
     assert "/ucp/specification/ap" in urls and "/ucp/schemas/ap.json" in urls
-    for path in [*urls, "/ucp/agent-graph"]:
+    for path in urls:
         resp = await client.get(path, headers=host)
         assert resp.status == 200, (path, resp.status, await resp.text())
+    # the agent graph is the platform's document: on its hosts only (a JSON 404, not a 401, here)
+    resp = await client.get("/ucp/agent-graph", headers=host)
+    assert resp.status == 404 and (await resp.json())["code"] == "not_found"
     # everything else on the company host is still signed, also when reached through an exempt prefix
     for path in ("/ucp/v1/checkout-sessions", "/ucp/specification/../v1/checkout-sessions"):
         resp = await client.post(path, headers=host, json={"line_items": []})

@@ -274,38 +274,42 @@ async def test_odd_host_headers_are_refused(client) -> None:
     for host in ("evil.example/path", "a b", "x" * 300, "[::1", "shop.test:99999999"):
         resp = await client.get("/.well-known/ucp", headers={"Host": host})
         assert resp.status == 400, host
-    assert (await client.get("/.well-known/ucp", headers={"Host": "[::1]:8080"})).status == 200
+    # a valid Host of no company and not the platform's: not refused as odd, just nobody's (404)
+    resp = await client.get("/.well-known/ucp", headers={"Host": "[::1]:8080"})
+    assert resp.status == 404 and (await resp.json())["code"] == "not_found"
 
 
 async def test_agent_graph_links_keep_the_public_port(aiohttp_client, database, db_settings, demo) -> None:
-    """Regression: on ``serve --demo --port 8182`` the agent graph linked companies at port 80."""
-    # the port the request came in on is kept when no public port is configured
-    client = await aiohttp_client(make_app(database, db_settings.model_copy(update={"public_scheme": "http"})))
-    doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test:8182"})).json()
-    graph = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
-    assert {"slug": "demo-flowers", "name": "Demo Flower Shop", "profile": "http://shop.test:8182/.well-known/ucp"} in (
-        graph["companies"]
-    )
-    assert graph["pages"] == "http://platform.test:8182/ucp/agent-graph"
-    # a configured public port wins, also when the Host header carries none (what the demo sets)
+    """Regression: on ``serve --demo --port 8182`` the agent graph linked companies at port 80. The
+    ports come from the configuration, never from the request's Host."""
+    # a configured public port, also when the Host header carries none (what the demo sets)
     settings = db_settings.model_copy(update={"public_scheme": "http", "public_port": 8182})
     client = await aiohttp_client(make_app(database, settings))
-    doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test"})).json()
-    graph = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
-    profile = next(c["profile"] for c in graph["companies"] if c["slug"] == "demo-flowers")
-    assert profile == "http://shop.test:8182/.well-known/ucp"
-    assert graph["pages"] == "http://platform.test:8182/ucp/agent-graph"
-    page = await (await client.get("/ucp/agent-graph", headers={"Host": "platform.test"})).json()
+    for host in ("platform.test", "platform.test:9999"):
+        doc = await (await client.get("/.well-known/ucp", headers={"Host": host})).json()
+        graph = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
+        profile = next(c["profile"] for c in graph["companies"] if c["slug"] == "demo-flowers")
+        assert profile == "http://shop.test:8182/.well-known/ucp", host
+        assert graph["pages"] == "http://platform.test:8182/ucp/agent-graph", host
+    page = await (await client.get("/ucp/agent-graph", headers={"Host": "platform.test:9999"})).json()
     assert "http://shop.test:8182/.well-known/ucp" in [c.get("profile") for c in page["companies"]]
     company = await (await client.get("/.well-known/ucp", headers={"Host": "shop.test"})).json()
     rest = company["ucp"]["services"]["dev.ucp.shopping"][0]
     assert rest["endpoint"] == "http://shop.test:8182/ucp/v1"
+    # no public port: the platform origin's own port (the companies are served beside it), not the Host's
+    settings = db_settings.model_copy(update={"public_scheme": "http", "platform_origin": "http://platform.test:8443"})
+    client = await aiohttp_client(make_app(database, settings))
+    doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test:8182"})).json()
+    graph = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
+    assert "http://shop.test:8443/.well-known/ucp" in [c.get("profile") for c in graph["companies"]]
+    assert graph["pages"] == "http://platform.test:8443/ucp/agent-graph"
     # the scheme's default port is never written
     settings = db_settings.model_copy(update={"public_scheme": "https", "public_port": 443})
     client = await aiohttp_client(make_app(database, settings))
     doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test:443"})).json()
     graph = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
     assert "https://shop.test/.well-known/ucp" in [c.get("profile") for c in graph["companies"]]
+    assert graph["pages"] == "https://platform.test/ucp/agent-graph"
 
 
 @pytest.mark.parametrize("ttl", [60.0, 0.0])
@@ -322,6 +326,6 @@ async def test_a_new_host_spelling_does_not_read_the_directory_again(aiohttp_cli
         doc = await (await client.get("/.well-known/ucp", headers={"Host": host})).json()
         return [c["slug"] for c in doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]["companies"]]
 
-    assert await listed("p1.test") == ["first"]
+    assert await listed("platform.test") == ["first"]
     await create_company(database.pool, slug="second", display_name="Second", hostnames=["second.test"])
-    assert await listed("p2.test") == (["first"] if ttl else ["first", "second"])
+    assert await listed("PLATFORM.test:8080") == (["first"] if ttl else ["first", "second"])

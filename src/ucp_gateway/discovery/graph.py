@@ -21,16 +21,17 @@ import asyncpg
 import structlog
 from aiohttp import web
 
-from ..appkeys import DATABASE, SETTINGS
+from ..appkeys import DATABASE, REQ_COMPANY, SETTINGS
 from ..db import platform_tx
-from ..errors import GatewayError
+from ..errors import GatewayError, NotFound
 from ..mediatype import json_response
-from ..tenancy import public_origin, valid_host_header
+from ..tenancy import normalize_host, public_origin, resolve_host, valid_host_header
 from .builder import decode_cursor, encode_cursor
 from .caching import make_etag
+from .platform import PlatformNode
 from .profile_cache import hosted
 
-__all__ = ["PAGES", "PROFILE_PAGE", "DirectoryPages", "agent_graph", "graph_page"]
+__all__ = ["PAGES", "PLATFORM", "PROFILE_PAGE", "DirectoryPages", "agent_graph", "graph_page"]
 
 #: Companies the platform node's ``/.well-known/ucp`` lists in its first page, at most.
 PROFILE_PAGE = 100
@@ -77,6 +78,7 @@ class DirectoryPages:
 
 
 PAGES = web.AppKey("ucpgw.directory_pages", DirectoryPages)
+PLATFORM = web.AppKey("ucpgw.platform_node", PlatformNode)  # where the graph is served, its origin
 
 
 def _listed(row: asyncpg.Record) -> bool:
@@ -90,18 +92,15 @@ def _listed(row: asyncpg.Record) -> bool:
     return False
 
 
-async def graph_page(app: web.Application, host: str, after: str | None, size: int | None = None) -> dict[str, Any]:
+async def graph_page(app: web.Application, after: str | None, size: int | None = None) -> dict[str, Any]:
     """``{"companies": [{slug, name, profile?}], "next": url | None, "pages": url}``: the page of
-    ``size`` companies (``agent_graph_page_size`` by default) after the cursor ``after``, its URLs
-    at the origin of ``host`` (the request's Host, lower-cased)."""
-    settings = app[SETTINGS]
+    ``size`` companies (``agent_graph_page_size`` by default) after the cursor ``after``. Every URL
+    in it from the configuration (``app[PLATFORM]``: the platform origin, the companies' public
+    port), none from the request."""
+    settings, platform = app[SETTINGS], app[PLATFORM]
     size = settings.agent_graph_page_size if size is None else size
     rows = await app[PAGES].get(app[DATABASE].pool, after, size + 1)
-    # a company hostname has no port: take the public one (configured, else the one this request came in on)
-    port = settings.public_port
-    if port is None:
-        own = host.rpartition(":")[2] if not host.endswith("]") else ""
-        port = int(own) if own.isdigit() else None
+    port = platform.link_port  # a company hostname has no port: the public one
     scheme = settings.public_scheme
     head = scheme + "://"
     tail = public_origin(scheme, "h", port)[len(head) + 1 :] + "/.well-known/ucp"  # ":port" or "", then the path
@@ -114,20 +113,27 @@ async def graph_page(app: web.Application, host: str, after: str | None, size: i
         if name is not None:  # stored as public_origin publishes it; an IPv6 literal bracketed
             item["profile"] = head + (f"[{name}]" if ":" in name else name) + tail
         companies.append(item)
-    pages = public_origin(scheme, host, settings.public_port) + "/ucp/agent-graph"
+    pages = f"{platform.origin}/ucp/agent-graph"
     next_url = pages + "?cursor=" + quote(encode_cursor(rows[size - 1][0])) if len(rows) > size else None
     return {"companies": companies, "next": next_url, "pages": pages}
 
 
 async def agent_graph(request: web.Request) -> web.Response:
-    """``GET /ucp/agent-graph?cursor=...``: one page of the platform's companies."""
+    """``GET /ucp/agent-graph?cursor=...``: one page of the platform's companies, on a platform host
+    bound to no company only (else 404 ``not_found``)."""
     if not valid_host_header(request.host):
         return json_response({"code": "invalid_request", "content": "invalid Host header"}, status=400)
-    cursor = request.query.get("cursor")
+    company = request.get(REQ_COMPANY, ...)
+    if company is ...:  # no tenancy middleware in front of us
+        company = await resolve_host(request.app[DATABASE].pool, normalize_host(request.host))
     try:
+        if company is not None:
+            raise NotFound("the agent graph is served on the platform's hosts")
+        request.app[PLATFORM].check(request.host)
+        cursor = request.query.get("cursor")
         after = decode_cursor(cursor) if cursor else None
     except GatewayError as exc:
         return json_response(exc.to_body(), status=exc.http_status)
-    page = await graph_page(request.app, request.host.lower(), after)
+    page = await graph_page(request.app, after)
     body = json.dumps(page, separators=(",", ":")).encode()
     return hosted(request, body, make_etag(body), "application/json", request.app[SETTINGS].profile_max_age)

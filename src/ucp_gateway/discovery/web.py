@@ -58,7 +58,8 @@ from .builder import (
 )
 from .caching import make_etag
 from .fetcher import ProfileFetcher
-from .graph import PAGES, PROFILE_PAGE, DirectoryPages, agent_graph, graph_page
+from .graph import PAGES, PLATFORM, PROFILE_PAGE, DirectoryPages, agent_graph, graph_page
+from .platform import NotThePlatform, platform_node
 from .profile_cache import RenderedProfiles, hosted
 from .trust import TRUST_CACHE, TrustCache, trust_exempt, trust_middleware
 from .vendor_docs import schema_document, spec_document
@@ -184,14 +185,16 @@ async def _render_document(
     app: web.Application, host: str, company: Company | None, protocol: str = ROOT
 ) -> tuple[bytes, Any, Any]:
     """``(body, company id, version)`` of the ``protocol`` document for ``host`` (None, None for the
-    platform node)."""
-    origin = _origin(app[SETTINGS], host)
+    platform node: its URLs from the configured origin, never ``host``). Raises NotThePlatform for
+    a Host of no company that is not a platform host."""
     if company is None:
-        page = await graph_page(app, host, None, min(PROFILE_PAGE, app[SETTINGS].agent_graph_page_size))
-        doc = build_platform_profile(vendor=app[VENDOR], first_page=page, version=protocol, origin=origin)
+        platform = app[PLATFORM]
+        platform.check(host)
+        page = await graph_page(app, None, min(PROFILE_PAGE, app[SETTINGS].agent_graph_page_size))
+        doc = build_platform_profile(vendor=app[VENDOR], first_page=page, version=protocol, origin=platform.origin)
         cid = version = None
     else:
-        docs, version = await _profile_document(app, company, origin, (protocol,))
+        docs, version = await _profile_document(app, company, _origin(app[SETTINGS], host), (protocol,))
         doc, cid = docs[protocol], company.id
     return json.dumps(doc, separators=(",", ":")).encode(), cid, version
 
@@ -202,13 +205,25 @@ async def _render(app: web.Application, request: web.Request, protocol: str = RO
     key = request.host
     host = key.lower()
 
-    async def render() -> tuple[bytes, Any, Any]:
-        company = request.get(REQ_COMPANY, ...)
-        if company is ...:  # no tenancy middleware in front of us
-            company = await resolve_host(app[DATABASE].pool, normalize_host(host))
-        return await _render_document(app, host, company, protocol)
+    company = request.get(REQ_COMPANY, ...)
+    if company is None and not app[PLATFORM].serves(host):  # never rendered, so never cached
+        return _not_the_platform()
 
-    return await app[_RENDERED].get(_key(protocol, key), render)
+    async def render() -> tuple[bytes, Any, Any]:
+        known = company
+        if known is ...:  # no tenancy middleware in front of us
+            known = await resolve_host(app[DATABASE].pool, normalize_host(host))
+        return await _render_document(app, host, known, protocol)
+
+    try:
+        return await app[_RENDERED].get(_key(protocol, key), render)
+    except NotThePlatform:  # resolved in render() without a tenancy middleware
+        return _not_the_platform()
+
+
+def _not_the_platform() -> web.Response:
+    exc = NotThePlatform()
+    return json_response(exc.to_body(), status=exc.http_status)
 
 
 def _bad_host() -> web.Response:
@@ -216,14 +231,17 @@ def _bad_host() -> web.Response:
 
 
 async def well_known_ucp(request: web.Request) -> web.Response:
-    """``GET /.well-known/ucp``: company profile on a company host, platform node otherwise.
-    A Host that is not a plain host[:port] is refused (400): it would be echoed into URLs."""
+    """``GET /.well-known/ucp``: company profile on a company host, the platform node on a platform
+    host (``discovery.platform``), 404 ``not_found`` on any other. A Host that is not a plain
+    host[:port] is refused (400): it would be echoed into URLs."""
     app = request.app
     hit = app[_RENDERED].fresh(request.host)  # only a valid Host is ever rendered and cached
     if hit is None:
         if not valid_host_header(request.host):
             return _bad_host()
         hit = await _render(app, request)
+        if isinstance(hit, web.Response):
+            return hit
     return hit.response(request, app[SETTINGS].profile_max_age)
 
 
@@ -238,6 +256,8 @@ def _well_known_leaf(protocol: str) -> Callable[[web.Request], Awaitable[web.Res
             if not valid_host_header(request.host):
                 return _bad_host()
             hit = await _render(app, request, protocol)
+            if isinstance(hit, web.Response):
+                return hit
         return hit.response(request, app[SETTINGS].profile_max_age)
 
     return well_known_leaf
@@ -339,6 +359,7 @@ def setup(app: web.Application) -> None:
         grace=settings.profile_max_age,
     )
     app[PAGES] = DirectoryPages(settings.profile_render_ttl)
+    app[PLATFORM] = platform_node(settings)
     if KEYS_PROVIDER not in app:
         app[KEYS_PROVIDER] = published_jwks  # pending + active + rotating (ucp_gateway.keys)
     if SUBAGENT_PROVIDER not in app:
