@@ -17,9 +17,10 @@ Runs, each after the queue is empty again:
               one dead receiver taking 1 event in 10: the fast receivers' delivery latency (queued
               -> answered), p50 / p99, and what the dead one added.
 
-Printed next to the order rate of ``bench/checkout_flow.py`` (``--order-rate``, default the
-figure of its current row in bench/README.md): delivery keeps up when deliveries/s >= orders/s.
-Shared machine: figures swing; compare the runs of one invocation.
+Printed next to the order rate ``bench/checkout_flow.py`` reaches, measured first in the same
+invocation (its signed saturation run, ``--order-seconds`` long, with as many gateway processes;
+nothing else of this bench runs meanwhile), or given with ``--order-rate``: delivery keeps up
+when deliveries/s >= orders/s. Shared machine: figures swing; compare the runs of one invocation.
 """
 
 from __future__ import annotations
@@ -44,7 +45,28 @@ from aiohttp import web
 
 from ucp_gateway.commerce.repo import insert_outbox
 
-ORDER_RATE_README = 242.4  # signed flows/s (= orders/s), bench/README.md, checkout_flow.py row 1
+_CHECKOUT_FLOW = Path(__file__).with_name("checkout_flow.py")
+
+
+def measure_order_rate(seconds: float, workers: int) -> float:
+    """Signed checkout flows/s (one order each) at saturation, from one short run of
+    ``bench/checkout_flow.py --modes signed --rounds 1`` (its own gateway and database)."""
+    cmd = [sys.executable, str(_CHECKOUT_FLOW), "--modes", "signed", "--rounds", "1"]
+    cmd += ["--seconds", str(seconds), "--warmup", "1", "--workers", str(workers)]
+    print("measuring the order rate:", " ".join(["python", "bench/checkout_flow.py", *cmd[2:]]), flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return parse_order_rate(out)
+
+
+def parse_order_rate(output: str) -> float:
+    """The signed saturation figure (flows/s) of checkout_flow.py's printout. Raises ValueError."""
+    lines = output.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith("(a) saturation"))
+        row = next(line for line in lines[start + 1 :] if line.strip().startswith("signed + audited"))
+    except StopIteration:
+        raise ValueError(f"no signed saturation figure in: {output[-500:]!r}") from None
+    return float(row.split("flows/s")[0].split()[-1])
 
 
 def _free_port() -> int:
@@ -216,8 +238,14 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each paced run")
     ap.add_argument("--slow", type=float, default=0.5, help="answer delay of the slow receivers, s")
     ap.add_argument("--timeout", type=float, default=5.0, help="UCPGW_WEBHOOK_TIMEOUT (a dead receiver's attempt)")
-    ap.add_argument("--order-rate", type=float, default=ORDER_RATE_README, help="orders/s to compare with")
+    ap.add_argument("--order-rate", type=float, help="orders/s to compare with (default: measured first)")
+    ap.add_argument("--order-seconds", type=float, default=5.0, help="length of the order-rate measurement, s")
     args = ap.parse_args()
+    if args.order_rate is None:
+        args.order_rate = await asyncio.to_thread(measure_order_rate, args.order_seconds, args.workers)
+        source = f"measured just now, signed saturation, {args.workers} gateway processes"
+    else:
+        source = "given"
 
     tmp = Path(tempfile.mkdtemp(prefix="ucpgw-bench-webhooks-"))
     receivers = Receivers()
@@ -228,7 +256,7 @@ async def main() -> None:
         conn = await asyncpg.connect(gw.dsn)
         company_id = await conn.fetchval("SELECT id FROM companies WHERE slug = 'flower-shop'")
         print(f"gateway: serve --workers {args.workers}; webhook_timeout {args.timeout} s; shared machine")
-        print(f"order rate to keep up with: {args.order_rate:.1f} orders/s (bench/checkout_flow.py)")
+        print(f"order rate to keep up with: {args.order_rate:.1f} orders/s (bench/checkout_flow.py, {source})")
 
         rate1 = await burst(conn, company_id, receivers, ["one"], args.events, {"one"})
         print(f"burst-1:   {args.events} events, 1 receiver: {rate1:.1f} deliveries/s")

@@ -114,3 +114,22 @@ def test_flow_inproc_unsigned_places_orders():
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.startswith("plain: min ") and "ms CPU/flow" in p.stdout
+
+
+def test_webhooks_bench_reads_the_signed_saturation_figure_of_checkout_flow():
+    spec = importlib.util.spec_from_file_location("webhooks_bench", _PATH.with_name("webhooks.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = (
+        "checkout flows (create -> update -> complete), 32 buyer agents, 5 s per run, 1 product\n"
+        "(a) saturation: no think time\n"
+        "  signed + audited          131.4 flows/s   p50   12.0 ms   p99    80.1 ms   cpu ms/flow: gateway  8.0\n"
+        "      disk under the cluster: fine\n"
+        "(b) at the target load: think time paced to offer 100 flows/s\n"
+        "  signed + audited           97.2 flows/s   p50    9.0 ms   p99    40.0 ms   cpu ms/flow: gateway  8.1\n"
+    )
+    assert mod.parse_order_rate(out) == 131.4  # the saturation run's, not the paced one's
+    import pytest
+
+    with pytest.raises(ValueError):
+        mod.parse_order_rate("(b) at the target load\n  signed + audited 97.2 flows/s\n")
