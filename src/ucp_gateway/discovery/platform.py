@@ -24,6 +24,9 @@ __all__ = ["NotThePlatform", "PlatformNode", "platform_node"]
 class NotThePlatform(NotFound):
     """A Host bound to no company and not one of the platform hosts (404 ``not_found``)."""
 
+    def __init__(self, message: str = "this host serves no company and is not one of the platform's hosts"):
+        super().__init__(message)
+
 
 @dataclass(frozen=True, slots=True)
 class PlatformNode:
@@ -49,7 +52,7 @@ class PlatformNode:
     def check(self, host: str | None) -> None:
         """Raise :class:`NotThePlatform` unless ``host`` names a platform host."""
         if not self.serves(host):
-            raise NotThePlatform("this host serves no company and is not one of the platform's hosts")
+            raise NotThePlatform
 
 
 def platform_node(settings: Settings) -> PlatformNode:
