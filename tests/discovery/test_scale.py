@@ -341,7 +341,7 @@ async def test_agent_graph_pages_read_narrow_rows_and_the_platform_document_embe
     for slug, names in hosts.items():
         await create_company(database.pool, slug=slug, display_name=slug.upper(), hostnames=names)
     monkeypatch.setattr(discovery_web, "PROFILE_PAGE", 2)
-    settings = db_settings.model_copy(update={"agent_graph_page_size": 2, "public_scheme": "http"})
+    settings = db_settings.model_copy(update={"agent_graph_page_size": 2, "public_scheme": "http", "public_port": 8080})
     client = await aiohttp_client(_app(database, settings, []))
     doc = await (await client.get("/.well-known/ucp", headers={"Host": "platform.test:8080"})).json()
     first = doc["ucp"]["capabilities"]["com.solidnumber.agent_graph"][0]["config"]
