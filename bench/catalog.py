@@ -14,11 +14,17 @@ dispatcher and its audit row, on the same two cores as the load generator).
 
 Targets (issue): p99 <= 20 ms at 100,000 products on 2 cores; p50 at 100,000 <= 2 x p50 at 1,000.
 
+Every catalogue is imported first, into one database (as a platform's companies share it), and the
+sizes are then measured in alternating rounds (``--rounds``), so the load of a busy machine moves
+their figures alike and the ratio compares like with like. Last, the shared buffers each kind of
+search touches (EXPLAIN ANALYZE BUFFERS of its statements) are printed: the database work per
+search, which the machine's load does not move.
+
 ``--think-ms`` gives each agent a pause between its searches (an agent reads an answer before its
 next call); 0, the default, sends them back to back (saturation: latency is then the queue).
 
 Usage: python bench/catalog.py [--sizes 1000,100000] [--n 4000] [--concurrency 32] [--mode op|http]
-       [--think-ms 0]
+       [--think-ms 0] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import argparse
 import asyncio
 import csv
 import io
+import json
 import random
 import statistics
 import tempfile
@@ -106,13 +113,34 @@ def requests(n: int, seed: int = 11) -> list[dict]:
     return out
 
 
+def kind_of(body: dict) -> str:
+    """The mix's name of a request: two-word, one-word, filtered, browse, page2."""
+    if "page2" in body:
+        return "page2"
+    if "query" not in body:
+        return "browse"
+    if "filters" in body:
+        return "filtered"
+    return "two-word" if " " in body["query"] else "one-word"
+
+
 def _ctx(company) -> CommerceContext:
     shop = ShopInfo(base_url="https://shop.example", ucp={"version": "2026-04-08", "capabilities": {}})
     return CommerceContext(company_id=company.id, caller="bench", now=datetime.now(UTC), shop=shop, order_ucp={},
                            handler_ids=frozenset())  # fmt: skip
 
 
-async def _measure(db, company, reqs: list[dict], concurrency: int, think: float) -> tuple[list[float], float]:
+async def _second_page(search, body: dict) -> dict:
+    """A page-2 request: the first page is the agent's previous call (not timed)."""
+    first = await search({"query": body["page2"]})
+    cur = first.get("pagination", {}).get("cursor")
+    return {"query": body["page2"], "pagination": {"cursor": cur}} if cur else {"query": body["page2"]}
+
+
+async def _measure(
+    db, company, reqs: list[dict], concurrency: int, think: float
+) -> tuple[list[tuple[str, float]], float]:
+    """``([(kind, seconds)], wall seconds)`` of ``reqs`` sent by ``concurrency`` agents."""
     ctx = _ctx(company)
     rnd = random.Random(3)
 
@@ -120,30 +148,75 @@ async def _measure(db, company, reqs: list[dict], concurrency: int, think: float
         async with tenant_tx(db.pool, company.id) as conn:
             return (await catalog_service.search(conn, ctx, body)).body
 
-    lat: list[float] = []
+    lat: list[tuple[str, float]] = []
     todo = iter(reqs)
 
     async def agent() -> None:
         for body in todo:
-            if "page2" in body:  # the first page is the agent's previous call; time the second
-                first = await search({"query": body["page2"]})
-                cur = first.get("pagination", {}).get("cursor")
-                body = {"query": body["page2"], "pagination": {"cursor": cur}} if cur else {"query": body["page2"]}
+            kind = kind_of(body)
+            if kind == "page2":
+                body = await _second_page(search, body)
             t = time.perf_counter()
             await search(body)
-            lat.append(time.perf_counter() - t)
+            lat.append((kind, time.perf_counter() - t))
             if think:  # the agent reads the answer before its next call (exponential, mean ``think``)
                 await asyncio.sleep(rnd.expovariate(1 / think))
 
-    for body in reqs[:200]:  # warm-up: plans, caches
-        if "page2" not in body:
-            await search(body)
     t0 = time.perf_counter()
     await asyncio.gather(*[agent() for _ in range(concurrency)])
     return lat, time.perf_counter() - t0
 
 
-async def _measure_http(db, settings, company, reqs: list[dict], concurrency: int) -> tuple[list[float], float]:
+class _Explained:
+    """A connection stand-in for catalog_store: every statement runs under EXPLAIN (ANALYZE,
+    BUFFERS) and its shared buffers (hit + read, planning included) are added up: a figure of the
+    database work a search does that the machine's load does not move."""
+
+    def __init__(self, conn):
+        self.conn, self.buffers = conn, 0
+
+    async def fetch(self, sql: str, *args):
+        got = await self.conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args)
+        (plan,) = json.loads(got) if isinstance(got, str) else got  # the pool decodes json already
+        top, planning = plan["Plan"], plan.get("Planning", {})
+        self.buffers += sum(
+            int(x.get(k, 0)) for x in (top, planning) for k in ("Shared Hit Blocks", "Shared Read Blocks")
+        )
+        return await self.conn.fetch(sql, *args)
+
+    async def fetchrow(self, sql: str, *args):
+        rows = await self.fetch(sql, *args)
+        return rows[0] if rows else None
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+async def buffers_per_kind(db, company, reqs: list[dict], per_kind: int = 20) -> dict[str, float]:
+    """Mean shared buffers the search statements of one request touch, per kind (first
+    ``per_kind`` requests of each kind; a page-2 request counts its second page only)."""
+    ctx = _ctx(company)
+    seen: dict[str, list[int]] = {}
+    for body in reqs:
+        kind = kind_of(body)
+        if len(seen.setdefault(kind, [])) >= per_kind:
+            continue
+        async with tenant_tx(db.pool, company.id) as conn:
+            if kind == "page2":
+                body = await _second_page(lambda b: _body(catalog_service.search(conn, ctx, b)), body)
+            probe = _Explained(conn)
+            await catalog_service.search(probe, ctx, body)
+        seen[kind].append(probe.buffers)
+    return {k: statistics.mean(v) for k, v in seen.items() if v}
+
+
+async def _body(out):
+    return (await out).body
+
+
+async def _measure_http(
+    db, settings, company, reqs: list[dict], concurrency: int
+) -> tuple[list[tuple[str, float]], float]:
     import aiohttp
     from aiohttp import web
 
@@ -157,7 +230,7 @@ async def _measure_http(db, settings, company, reqs: list[dict], concurrency: in
     port = site._server.sockets[0].getsockname()[1]
     url = f"http://127.0.0.1:{port}/ucp/v1/catalog/search"
     hdrs = {"UCP-Agent": 'profile="https://agent.example/profile.json"', "Host": f"{company.slug}.example"}
-    lat: list[float] = []
+    lat: list[tuple[str, float]] = []
     todo = iter(reqs)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as http:
 
@@ -169,17 +242,13 @@ async def _measure_http(db, settings, company, reqs: list[dict], concurrency: in
 
         async def agent() -> None:
             for body in todo:
-                if "page2" in body:
-                    first = await search({"query": body["page2"]})
-                    cur = first.get("pagination", {}).get("cursor")
-                    body = {"query": body["page2"], "pagination": {"cursor": cur}} if cur else {"query": body["page2"]}
+                kind = kind_of(body)
+                if kind == "page2":
+                    body = await _second_page(search, body)
                 t = time.perf_counter()
                 await search(body)
-                lat.append(time.perf_counter() - t)
+                lat.append((kind, time.perf_counter() - t))
 
-        for body in reqs[:100]:
-            if "page2" not in body:
-                await search(body)
         t0 = time.perf_counter()
         await asyncio.gather(*[agent() for _ in range(concurrency)])
         wall = time.perf_counter() - t0
@@ -192,48 +261,87 @@ def _pct(lat: list[float], p: float) -> float:
     return lat[min(len(lat) - 1, int(len(lat) * p))] * 1000
 
 
-async def run(sizes: list[int], n: int, concurrency: int, pool: int, mode: str, thinks: list[float]) -> None:
+async def _load(db, size: int, mode: str):
+    company = await create_company(db.pool, slug=f"cat{size}", display_name=f"Catalog {size}",
+                                   hostnames=(f"cat{size}.example",))  # fmt: skip
+    if mode == "http":
+        async with tenant_tx(db.pool, company.id) as conn:
+            await conn.execute("UPDATE companies SET signature_policy = 'off' WHERE id = $1", company.id)
+    t = time.perf_counter()
+    items, errors = parse_feed(feed(size), "csv")
+    assert not errors, errors[:3]
+    t_parse = time.perf_counter() - t
+    _, errors = await import_items(db, company.id, items, batch=2000)
+    t_import = time.perf_counter() - t
+    assert not errors, errors[:3]
+    print(f"catalog {size:,} products, {len(items):,} variants: feed parsed in {t_parse:.1f} s, "
+          f"imported in {t_import:.1f} s ({len(items) / t_import:,.0f} variants/s)", flush=True)  # fmt: skip
+    return company
+
+
+async def run(sizes: list[int], n: int, concurrency: int, pool: int, mode: str, thinks: list[float],
+              rounds: int = 4, data_dir: Path | None = None) -> dict:  # fmt: skip
+    """Import every catalogue first (they share the database, as a platform's companies do), then
+    send each one ``n`` searches in ``rounds`` alternating rounds, so that the load of the machine
+    moves the sizes' figures alike. Returns ``{(size, think): {"p50", "p99", "max", "rate",
+    kind: p50}}`` (ms, searches/s) and prints them, the p50 ratio and the buffers per kind."""
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(data_dir=Path(tmp), environment="development", log_level="warning",
+        settings = Settings(data_dir=data_dir or Path(tmp), environment="development", log_level="warning",
                             db_pool_min=pool, db_pool_max=pool, conformance_mode=False)  # fmt: skip
         async with open_database(settings) as db:
-            p50s = {}
-            for size in sizes:
-                company = await create_company(db.pool, slug=f"cat{size}", display_name=f"Catalog {size}",
-                                               hostnames=(f"cat{size}.example",))  # fmt: skip
-                if mode == "http":
-                    async with tenant_tx(db.pool, company.id) as conn:
-                        await conn.execute("UPDATE companies SET signature_policy = 'off' WHERE id = $1", company.id)
-                t = time.perf_counter()
-                data = feed(size)
-                items, errors = parse_feed(data, "csv")
-                assert not errors, errors[:3]
-                t_parse = time.perf_counter() - t
-                _, errors = await import_items(db, company.id, items, batch=2000)
-                t_import = time.perf_counter() - t
-                assert not errors, errors[:3]
-                owner = await owner_connect(db.owner_dsn)  # what autovacuum does after a large import
-                try:
-                    await owner.execute("VACUUM ANALYZE catalog_products, products, inventory")
-                finally:
-                    await owner.close()
-                print(f"catalog {size:,} products, {len(items):,} variants: feed parsed in {t_parse:.1f} s, "
-                      f"imported in {t_import:.1f} s ({len(items) / t_import:,.0f} variants/s)")  # fmt: skip
-                reqs = requests(n)
-                for think in thinks:
-                    if mode == "http":
-                        lat, wall = await _measure_http(db, settings, company, reqs, concurrency)
-                    else:
-                        lat, wall = await _measure(db, company, reqs, concurrency, think)
-                    p50s[size, think] = statistics.median(lat) * 1000
-                    print(f"  search ({mode}) x{len(lat):,} at {concurrency} agents (think {think * 1000:.0f} ms),"
-                          f" pool {pool}: p50 {p50s[size, think]:.2f} ms, p99 {_pct(lat, 0.99):.2f} ms,"
-                          f" max {_pct(lat, 1.0):.2f} ms, {len(lat) / wall:,.0f} searches/s")  # fmt: skip
-            if len(sizes) >= 2:
-                lo, hi = min(sizes), max(sizes)
-                for think in thinks:
-                    ratio = p50s[hi, think] / p50s[lo, think]
-                    print(f"think {think * 1000:.0f} ms: p50 at {hi:,} / p50 at {lo:,} = {ratio:.2f} (target <= 2)")
+            companies = {size: await _load(db, size, mode) for size in sizes}
+            owner = await owner_connect(db.owner_dsn)  # what autovacuum does after a large import
+            try:
+                await owner.execute("VACUUM ANALYZE catalog_products, products, inventory")
+            finally:
+                await owner.close()
+            reqs = requests(n)
+            for company in companies.values():  # warm-up: plans, caches
+                for body in reqs[:200]:
+                    if "page2" not in body:
+                        async with tenant_tx(db.pool, company.id) as conn:
+                            await catalog_service.search(conn, _ctx(company), body)
+            out: dict = {}
+            chunk = -(-len(reqs) // rounds)
+            for think in thinks:
+                lat: dict[int, list[tuple[str, float]]] = {size: [] for size in sizes}
+                wall = dict.fromkeys(sizes, 0.0)
+                for r in range(rounds):
+                    part = reqs[r * chunk : (r + 1) * chunk]
+                    for size in sizes if r % 2 == 0 else sizes[::-1]:
+                        if mode == "http":
+                            got, w = await _measure_http(db, settings, companies[size], part, concurrency)
+                        else:
+                            got, w = await _measure(db, companies[size], part, concurrency, think)
+                        lat[size] += got
+                        wall[size] += w
+                for size in sizes:
+                    secs = [t for _, t in lat[size]]
+                    fig = {"p50": statistics.median(secs) * 1000, "p99": _pct(secs, 0.99), "max": _pct(secs, 1.0),
+                           "rate": len(secs) / wall[size]}  # fmt: skip
+                    for kind in sorted({k for k, _ in lat[size]}):
+                        fig[kind] = statistics.median([t for k, t in lat[size] if k == kind]) * 1000
+                    out[size, think] = fig
+                    kinds = ", ".join(
+                        f"{k} {fig[k]:.1f}" for k in sorted(fig) if k not in ("p50", "p99", "max", "rate")
+                    )
+                    print(f"  {size:,} products, search ({mode}) x{len(secs):,} at {concurrency} agents"
+                          f" (think {think * 1000:.0f} ms), pool {pool}: p50 {fig['p50']:.2f} ms,"
+                          f" p99 {fig['p99']:.2f} ms, max {fig['max']:.2f} ms, {fig['rate']:,.0f} searches/s;"
+                          f" p50 by kind: {kinds}")  # fmt: skip
+                if len(sizes) >= 2:
+                    lo, hi = min(sizes), max(sizes)
+                    ratio = out[hi, think]["p50"] / out[lo, think]["p50"]
+                    print(f"think {think * 1000:.0f} ms: p50 at {hi:,} / p50 at {lo:,} = {ratio:.2f} (target <= 2);"
+                          f" p99 at {hi:,} {out[hi, think]['p99']:.1f} ms (target <= 20)")  # fmt: skip
+            for size, company in companies.items():
+                per = await buffers_per_kind(db, company, reqs)
+                out[size, "buffers"] = per
+                print(
+                    f"  {size:,} products: shared buffers per search (load-independent): "
+                    + ", ".join(f"{k} {v:.0f}" for k, v in sorted(per.items()))
+                )
+            return out
 
 
 def main() -> None:
@@ -246,10 +354,11 @@ def main() -> None:
     ap.add_argument("--think-ms", default="0",
                     help="mean pause of each agent between its searches, ms (0: back to back, saturation);"
                     " comma-separated: one run each")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=4, help="alternating measurement rounds per size")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     thinks = [float(t) / 1000 for t in args.think_ms.split(",")]
-    asyncio.run(run(sizes, args.n, args.concurrency, args.pool, args.mode, thinks))
+    asyncio.run(run(sizes, args.n, args.concurrency, args.pool, args.mode, thinks, rounds=args.rounds))
 
 
 if __name__ == "__main__":

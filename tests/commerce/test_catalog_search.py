@@ -251,3 +251,30 @@ async def test_a_filter_the_shop_does_not_apply_is_refused_naming_it(database, c
     with pytest.raises(BadRequest) as exc:
         await call(database, company, op, {**data, "filters": filters})
     assert exc.value.code == "invalid_request" and "$.filters" in exc.value.message
+
+
+async def test_relevance_ranks_a_bounded_candidate_set_and_its_pages_walk_it_once(database):
+    """A word in more products than RANK_CANDIDATES: the answer comes from that many matches, and
+    its cursor pages walk exactly those, each once (a page never repeats or skips a candidate)."""
+    from ucp_gateway.commerce.catalog_cli import import_items
+    from ucp_gateway.commerce.catalog_feed import CSV_HEADER, parse_feed
+    from ucp_gateway.commerce.catalog_store import RANK_CANDIDATES
+
+    shop = await create_company(database.pool, slug="many-roses", display_name="Roses", hostnames=("roses.example",))
+    lines = [",".join(CSV_HEADER)]
+    for i in range(RANK_CANDIDATES + 30):
+        row = dict.fromkeys(CSV_HEADER, "")
+        row.update(product_id=f"r{i}", title=f"Rose bunch {i}", sku=f"R{i}", price=str(1000 + i), stock="3")
+        lines.append(",".join(row[c] for c in CSV_HEADER))
+    items, errors = parse_feed(("\n".join(lines) + "\n").encode(), "csv")
+    assert not errors
+    await import_items(database, shop.id, items)
+    seen: list[str] = []
+    body = {"query": "roses", "pagination": {"limit": 40}}
+    while True:
+        page = await call(database, shop, "search", body)
+        seen += [p["id"] for p in page["products"]]
+        if not page["pagination"]["has_next_page"]:
+            break
+        body = {"query": "roses", "pagination": {"limit": 40, "cursor": page["pagination"]["cursor"]}}
+    assert len(seen) == len(set(seen)) == RANK_CANDIDATES

@@ -82,7 +82,8 @@ def _tsquery(text: str, fuzzy: bool) -> tuple[str, str]:
     return "to_tsquery('english'::regconfig, $2::text)", " & ".join(f"{p}:*" for p in prefixes) or "''"
 
 
-RANK_CANDIDATES = 300
+#: At most this many matches are ranked per relevance query (see search_rows; docs/catalog.md).
+RANK_CANDIDATES = 100
 
 
 async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str, Any]]:
@@ -252,11 +253,25 @@ def _variants_json(items: Sequence[FeedItem], positions: dict[str, int]) -> list
     ]
 
 
+# A new product is written with what catalog_refresh derives from its variants (computed here from
+# the batch's variants, $3, as catalog_refresh computes it), so the refresh after the batch finds it
+# equal and leaves it: each new row is written once, not inserted and then rewritten (which left
+# half of an imported table dead space and put each tsvector into the GIN index twice).
 _UPSERT_PRODUCTS = (
-    "INSERT INTO catalog_products AS c (company_id, id, handle, title, description, brand, categories, tags, media)"
-    " SELECT $1, r.id, r.handle, r.title, r.description, r.brand, r.categories, r.tags, r.media"
+    "WITH agg AS (SELECT v.product_id, min(v.price) AS min_price, max(v.price) AS max_price,"
+    "   min(v.currency) AS currency, bool_or(coalesce(v.stock, 0) > 0) AS available"
+    "  FROM jsonb_to_recordset($3::jsonb) AS v(product_id text, price bigint, currency text, stock int)"
+    "  GROUP BY v.product_id),"
+    " txt AS (SELECT v.product_id, string_agg(DISTINCT o->>'label', ' ') AS variant_text"
+    "  FROM jsonb_to_recordset($3::jsonb) AS v(product_id text, options jsonb), jsonb_array_elements(v.options) o"
+    "  GROUP BY v.product_id)"
+    " INSERT INTO catalog_products AS c (company_id, id, handle, title, description, brand, categories, tags, media,"
+    "  min_price, max_price, currency, available, variant_text)"
+    " SELECT $1, r.id, r.handle, r.title, r.description, r.brand, r.categories, r.tags, r.media,"
+    "  agg.min_price, agg.max_price, agg.currency, coalesce(agg.available, false), coalesce(txt.variant_text, '')"
     " FROM jsonb_to_recordset($2::jsonb) AS r(id text, handle text, title text, description text, brand text,"
     "   categories text[], tags text[], media jsonb)"
+    " LEFT JOIN agg ON agg.product_id = r.id LEFT JOIN txt ON txt.product_id = r.id"
     " ON CONFLICT (company_id, id) DO {action}"
     " RETURNING (xmax = 0) AS inserted"
 )
@@ -354,12 +369,15 @@ async def upsert_items(
     }
     # the triggers' per-statement refreshes are deferred to one at the end (migration 0065)
     await conn.execute("SET LOCAL catalog.refresh = 'deferred'")
+    variants = _variants_json(good, positions)
     rows = await conn.fetch(
-        _UPSERT_PRODUCTS.format(action="NOTHING" if keep else _PRODUCTS_UPDATE), company_id, _products_json(good)
+        _UPSERT_PRODUCTS.format(action="NOTHING" if keep else _PRODUCTS_UPDATE),
+        company_id,
+        _products_json(good),
+        variants,
     )
     counts["products_inserted"] = sum(r["inserted"] for r in rows)
     counts["products_updated"] = len(rows) - counts["products_inserted"]
-    variants = _variants_json(good, positions)
     rows = await conn.fetch(
         _UPSERT_VARIANTS.format(action=_VARIANTS_ADOPT if keep else _VARIANTS_UPDATE), company_id, variants
     )
