@@ -10,7 +10,8 @@ on ``--server-url``'s port and stops it at the end; otherwise the gateway must a
 Each file runs as an absl test module from the suite root, e.g.
 ``python -m shopping.checkout.lifecycle_test --server_url=... --simulation_secret=...
 --mock_webhook_port=8284 --mock_agent_port=8285``; ``Ran N`` / ``failures`` / ``errors`` /
-``skipped`` of unittest's summary give the row. Exit status: 0 when every file ran (failures are
+``skipped`` of unittest's summary give the row, and each FAIL/ERROR header names a failing test
+(listed under its row). Exit status: 0 when every file ran (failures are
 the table's business: see docs/commerce.md for the suite-vs-spec ones), 2 when a file could not run.
 
 Usage: python bench/conformance.py --suite PATH [--python PATH] [--server-url http://localhost:8182]
@@ -59,6 +60,7 @@ FILES = (
 
 _RAN = re.compile(r"^Ran (\d+) tests? in", re.M)
 _RESULT = re.compile(r"^(OK|FAILED)(?: \(([^)]*)\))?\s*$", re.M)
+_FAILED = re.compile(r"^(?:FAIL|ERROR): (\w+) \(", re.M)  # unittest's header of each failure
 
 
 def summarise(output: str) -> dict[str, int] | None:
@@ -76,6 +78,11 @@ def summarise(output: str) -> dict[str, int] | None:
     failed = counts["failures"] + counts["errors"] + counts["unexpected successes"]
     skipped = counts["skipped"]
     return {"ran": total, "pass": total - failed - skipped, "fail": failed, "skip": skipped}
+
+
+def failed_tests(output: str) -> list[str]:
+    """The names of the tests unittest reported as FAIL or ERROR, in its order, each once."""
+    return list(dict.fromkeys(_FAILED.findall(output)))
 
 
 def run_file(args: argparse.Namespace, rel: str) -> dict[str, object]:
@@ -98,7 +105,7 @@ def run_file(args: argparse.Namespace, rel: str) -> dict[str, object]:
     if counts is None:
         tail = output.strip().splitlines()[-1:] or ["no output"]
         return {"file": rel, "error": f"exit {p.returncode}: {tail[0][:200]}"}
-    return {"file": rel, **counts}
+    return {"file": rel, **counts, "failed": failed_tests(output)}
 
 
 def _wait_ready(url: str, deadline: float) -> None:
@@ -167,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r['file']:<45} error: {r['error']}")
             else:
                 print(f"{r['file']:<45} {r['pass']:>5} {r['fail']:>5} {r['skip']:>5}")
+                for name in r["failed"]:
+                    print(f"    failed: {name}")
         print(f"{'total':<45} {totals['pass']:>5} {totals['fail']:>5} {totals['skip']:>5}")
     return 2 if any("error" in r for r in rows) else 0
 

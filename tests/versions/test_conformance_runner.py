@@ -35,6 +35,15 @@ def test_summary_lines():
     assert conformance.summarise("Traceback ...") is None
 
 
+def test_failing_tests_are_named_once_each():
+    out = (
+        "FAIL: test_a (__main__.T.test_a)\nT.test_a\n---\nERROR: test_b (__main__.T.test_b)\n"
+        "FAIL: test_a (__main__.T.test_a)\n  FAIL: not_a_header (x)\n"
+    )
+    assert conformance.failed_tests(out) == ["test_a", "test_b"]
+    assert conformance.failed_tests("Ran 1 test in 0s\n\nOK\n") == []
+
+
 def test_runs_files_from_the_suite_root_with_the_ports(tmp_path, capsys):
     (tmp_path / "core").mkdir()
     (tmp_path / "core" / "__init__.py").write_text("")
@@ -48,5 +57,7 @@ def test_runs_files_from_the_suite_root_with_the_ports(tmp_path, capsys):
     import json
 
     rows = {r["file"]: r for r in json.loads(out)["files"]}
-    assert rows["core/protocol_test.py"] == {"file": "core/protocol_test.py", "ran": 3, "pass": 1, "fail": 1, "skip": 1}
+    assert rows["core/protocol_test.py"] == {
+        "file": "core/protocol_test.py", "ran": 3, "pass": 1, "fail": 1, "skip": 1, "failed": ["test_fail"],
+    }  # fmt: skip
     assert "error" in rows["core/binding_test.py"] and code == 2
