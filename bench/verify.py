@@ -17,7 +17,10 @@ Prints, in one run:
            client work in the same process, so noisier);
   proofs   per call of the API key and OAuth bearer proofs (access/proofs.py: one tenant-transaction
            lookup on the real database each), wall and event-loop CPU, next to their in-process floor
-           (the secret's SHA-256 and a dict lookup).
+           (the secret's SHA-256 and a dict lookup);
+  wba/mtls per call of Web Bot Auth (verification alone, and the whole proof) against a raw Ed25519
+           verify, and of the forwarded-certificate mTLS proof against its parse + fingerprint
+           (bench/verify_wba.py).
 Per-call costs are CPU time of the event-loop thread (time.thread_time), so time other processes
 run is not counted (their cache pressure still slows every line alike); requests/s are wall-clock.
 Like real traffic, requests are not one repeated message: every phase cycles through POOL signed
@@ -47,6 +50,8 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from multidict import CIMultiDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from verify_wba import wba_costs  # bench/ (the script's own directory) is first on sys.path
 
 from ucp_gateway.app import create_app
 from ucp_gateway.clock import SystemClock
@@ -304,6 +309,7 @@ async def main(seconds: float) -> None:
                 ext_raw_us = timer.raw_us()
             await runner.cleanup()
             proofs = await proof_costs(db, company, seconds)
+            wba = await wba_costs(db, company, settings, PROFILE, seconds)
 
     raw_us, core_us = 1e6 / raw, 1e6 / core
     cost_us = 1e6 / signed_rate - 1e6 / unsigned
@@ -331,6 +337,9 @@ async def main(seconds: float) -> None:
     for name, (wall_us, cpu_us, floor_us) in proofs.items():
         print(f"{name:<35}: {wall_us:9.1f} us wall, {cpu_us:6.1f} us event-loop CPU per call "
               f"(floor, SHA-256 + dict lookup: {floor_us:.2f} us; {cpu_us / floor_us:.0f}x)")  # fmt: skip
+    for name, (wall_us, cpu_us, floor_name, floor_us) in wba.items():
+        print(f"{name:<35}: {wall_us:9.1f} us wall, {cpu_us:6.1f} us event-loop CPU per call "
+              f"(floor, {floor_name}: {floor_us:.1f} us; {cpu_us / floor_us:.2f}x)")  # fmt: skip
 
 
 async def proof_costs(db, company, seconds: float) -> dict[str, tuple[float, float, float]]:
