@@ -193,3 +193,43 @@ async def test_an_owner_lists_and_revokes_a_staff_token_and_its_sessions_end(gat
 async def _token_ids(database, company) -> list[tuple[str, str]]:
     async with tenant_tx(database.pool, company.id) as conn:
         return [(str(r["id"]), r["label"]) for r in await conn.fetch("SELECT id, label FROM admin_tokens")]
+
+
+async def test_admin_schedules_an_activation_and_the_scheduler_activates_it_then(gateway, browser_for, database,
+                                                                                 company, db_settings):  # fmt: skip
+    from ucp_gateway.keys import list_keys
+    from ucp_gateway.keys.scheduler import run_once
+
+    browser = browser_for(gateway)
+    await _sign_in(browser, await _token(database, company, "admin", "admin person"))
+    (active,) = await _profile_kids(gateway)
+    await browser.submit("#rotate", "/admin/keys?done=rotated")
+    await _within_render_ttl(gateway, lambda kids: len(kids) == 2)
+    (new,) = (await _profile_kids(gateway)) - {active}
+    row = f"#key-{new[:8]}"
+    at = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).replace(second=0, microsecond=0)
+    await browser.click(f"{row} summary")
+    field = await browser.find(f"#at-{new[:8]}")  # a datetime-local field: its value set as the browser would
+    await browser._run(browser.driver.execute_script, "arguments[0].value = arguments[1]", field,
+                       at.strftime("%Y-%m-%dT%H:%M"))  # fmt: skip
+    await browser.submit(f"#schedule-{new[:8]}", "/admin/keys?done=scheduled")
+    await browser.screenshot("staff_keys_scheduled")
+    main = await browser.text()
+    assert f"activates at {at:%Y-%m-%d %H:%M:%S} UTC (scheduled)" in main and "activation scheduled" in main
+    pub, grace = db_settings.keys_publish_min, db_settings.keys_rotating_grace
+    await run_once(database.pool, now=at - dt.timedelta(seconds=1), publish_min=pub, rotating_grace=grace)
+    states = {k.kid: k.state.value for k in await list_keys(database.pool, company.id)}
+    assert states[new] == "pending"  # not before its time
+    await run_once(database.pool, now=at, publish_min=pub, rotating_grace=grace)
+    states = {k.kid: k.state.value for k in await list_keys(database.pool, company.id)}
+    assert states == {active: "rotating", new: "active"}
+    await browser.get("/admin/keys")
+    assert "scheduled activation" in await browser.text() and "ACTIVE" in (await browser.text(row)).upper()
+    # a key that is no longer pending is refused, and the page says so
+    cookies, csrf = await browser.cookies(), await browser.value("input[name=csrf_token]")
+    form = {"csrf_token": csrf, "activate_at": "2030-01-01T00:00"}
+    r = await gateway.post(f"/admin/keys/{active}/schedule", data=form, cookies=cookies, allow_redirects=False)
+    assert r.status == 303 and "problem=" in r.headers["Location"]
+    r = await gateway.post(f"/admin/keys/{new}/schedule", data={"activate_at": "2030-01-01T00:00"}, cookies=cookies,
+                           allow_redirects=False)  # fmt: skip
+    assert r.status == 403  # no CSRF token

@@ -1,4 +1,4 @@
-"""CLI: ``ucp-gateway keys list|rotate|activate|retire|compromise|advance|rewrap`` and
+"""CLI: ``ucp-gateway keys list|rotate|activate|schedule|retire|compromise|advance|rewrap`` and
 ``ucp-gateway admin-tokens create|list|revoke``. No command ever prints a private key, and a
 token's text only once, when it is created."""
 
@@ -19,8 +19,10 @@ from .repository import (
     attach_vault,
     compromise_key,
     list_keys,
+    parse_activate_at,
     rewrap_company,
     rotate,
+    schedule_activation,
 )
 from .scheduler import run_once
 from .web import load_ring
@@ -75,6 +77,14 @@ async def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
         elif args.keys_cmd == "rotate":
             k = await rotate(db.pool, company.id, actor=_actor(), reason=reason, now=now)
             _emit(args, k.to_json(), f"new key {k.kid} is {k.state.value}")
+        elif args.keys_cmd == "schedule":
+            at = None if args.clear else parse_activate_at(args.at)
+            k = await schedule_activation(db.pool, company.id, args.kid, at, actor=_actor(), now=now,
+                                          publish_min=settings.keys_publish_min)  # fmt: skip
+            when = (
+                k.activate_at.isoformat() if k.activate_at else "the default time (keys_publish_min after publication)"
+            )
+            _emit(args, k.to_json(), f"{k.kid} activates at {when}")
         elif args.keys_cmd == "compromise":
             new = await compromise_key(db.pool, company.id, args.kid, actor=_actor(), reason=reason, now=now)
             _emit(
@@ -164,6 +174,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(func=cmd_keys)
     for name, help_ in (
         ("activate", "activate a pending key"),
+        ("schedule", "schedule when the key scheduler activates a pending key (--at TIME, or --clear)"),
         ("retire", "retire a rotating/pending key"),
         ("compromise", "mark a key compromised (never signs again; gone from the profile at its next render, seconds)"),
     ):
@@ -174,6 +185,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--reason")
         if name == "activate":
             p.add_argument("--force", action="store_true", help="skip the minimum publication time")
+        if name == "schedule":
+            when = p.add_mutually_exclusive_group(required=True)
+            when.add_argument("--at", help="RFC 3339 time with an offset, e.g. 2026-06-01T12:00:00Z")
+            when.add_argument("--clear", action="store_true", help="back to the default time")
         p.set_defaults(func=cmd_keys)
     for name, help_ in (
         ("rewrap", "re-encrypt all keys under the newest KEK"),

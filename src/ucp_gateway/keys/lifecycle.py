@@ -84,6 +84,13 @@ class KeyTiming:
     kid: str
     state: KeyState
     state_changed_at: dt.datetime
+    activate_at: dt.datetime | None = None  # a scheduled activation (pending keys), else None
+
+    def activation_due(self, publish_min: int) -> dt.datetime:
+        """When a pending key activates: ``publish_min`` after it was published, or at its
+        scheduled ``activate_at`` when that is later."""
+        due = self.state_changed_at + dt.timedelta(seconds=publish_min)
+        return max(due, self.activate_at) if self.activate_at is not None else due
 
 
 def due_events(
@@ -91,14 +98,17 @@ def due_events(
 ) -> list[tuple[str, KeyEvent]]:
     """Time-driven transitions that are due (pure).
 
-    - the oldest pending key published for >= ``publish_min`` seconds (the profile cache max-age)
-      is activated; the repository moves the current active key to rotating in the same step;
+    - the pending key due first (published for >= ``publish_min`` seconds, the profile cache
+      max-age, and past its scheduled ``activate_at`` if it has one; oldest first) is activated;
+      the repository moves the current active key to rotating in the same step;
     - a rotating key older than ``rotating_grace`` seconds (>= 7 days) is retired.
     """
     out: list[tuple[str, KeyEvent]] = []
-    pending = sorted((k for k in keys if k.state is KeyState.PENDING), key=lambda k: k.state_changed_at)
-    if pending and (now - pending[0].state_changed_at).total_seconds() >= publish_min:
-        out.append((pending[0].kid, KeyEvent.ACTIVATE))
+    pending = sorted(
+        (k.activation_due(publish_min), k.state_changed_at, k.kid) for k in keys if k.state is KeyState.PENDING
+    )
+    if pending and pending[0][0] <= now:
+        out.append((pending[0][2], KeyEvent.ACTIVATE))
     for k in keys:
         if k.state is KeyState.ROTATING and (now - k.state_changed_at).total_seconds() >= rotating_grace:
             out.append((k.kid, KeyEvent.RETIRE))

@@ -9,6 +9,7 @@
     GET  /admin/keys                     read_only  keys with state and timeline, key events (audit trail)
     POST /admin/keys/rotate              admin      new pending key (the scheduler activates it)
     POST /admin/keys/{kid}/activate      admin      pending -> active now (after publish_min)
+    POST /admin/keys/{kid}/schedule      admin      when the scheduler activates a pending key (UTC), or clear
     POST /admin/keys/{kid}/retire        admin      pending/rotating -> retired
     POST /admin/keys/{kid}/compromise    owner      typed confirmation "COMPROMISE <first 8 of kid>"
     GET  /admin/tokens                   admin      staff tokens: role, label, state (never the token)
@@ -37,8 +38,8 @@ from ..errors import GatewayError
 from ..htmlpage import PAGE_HEADERS, clear_cookie, new_token, page, same_origin, set_cookie, setup_assets, tokens_equal
 from ..tenancy import Company, resolve_host
 from .admin_tokens import AdminAuthError, authenticate_admin, list_admin_tokens, revoke_admin_token, role_at_least
-from .lifecycle import PUBLISHED, KeyState
-from .repository import apply_event, compromise_key, list_key_events, list_keys, rotate
+from .lifecycle import PUBLISHED, KeyState, KeyTiming
+from .repository import apply_event, compromise_key, list_key_events, list_keys, rotate, schedule_activation
 from .sessions import COOKIE, COOKIE_PATH, StaffSession, end_session, open_session, session_of
 
 __all__ = ["compromise_phrase", "setup_pages", "staff_page"]
@@ -53,6 +54,7 @@ _NOTICES = {
     "compromised": "The key is marked compromised: it is no longer published and never signs again.",
     "activate": "The key is active: it signs from now on; the previous one verifies only.",
     "retire": "The key is retired: it is no longer published.",
+    "scheduled": "The activation is scheduled: the key scheduler activates the key at the time shown.",
 }
 
 
@@ -209,7 +211,9 @@ async def keys_page(request: web.Request, company: Company, session: StaffSessio
     publish_min = settings.keys_publish_min
     rows = []
     for k in keys:
-        due = k.state_changed_at + dt.timedelta(seconds=publish_min) if k.state is KeyState.PENDING else None
+        timing = KeyTiming(k.kid, k.state, k.state_changed_at, k.activate_at)
+        due = timing.activation_due(publish_min) if k.state is KeyState.PENDING else None
+        earliest = max(_now(request), k.state_changed_at + dt.timedelta(seconds=publish_min))
         rows.append(
             {
                 "kid": k.kid,
@@ -218,7 +222,11 @@ async def keys_page(request: web.Request, company: Company, session: StaffSessio
                 "created": _when(k.created_at),
                 "changed": _when(k.state_changed_at),
                 "activates_at": _when(due) if due else "",
-                "can_activate": due is not None and due <= _now(request),
+                "can_activate": due is not None
+                and k.state_changed_at + dt.timedelta(seconds=publish_min) <= _now(request),
+                "scheduled": k.activate_at is not None,
+                "earliest": _when(earliest),
+                "at_value": (due or earliest).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M"),
                 "can_retire": k.state in (KeyState.PENDING, KeyState.ROTATING),
                 "can_compromise": k.state is not KeyState.COMPROMISED,
                 "phrase": compromise_phrase(k.kid),
@@ -275,6 +283,27 @@ def _event_action(event: str):
         raise _back(event)
 
     return handler
+
+
+@staff_page("admin")
+async def schedule_action(request: web.Request, company: Company, session: StaffSession) -> web.StreamResponse:
+    """The form's ``activate_at`` (``datetime-local``, read as UTC), or ``clear=yes``: the same
+    :func:`.repository.schedule_activation` as the admin API and ``ucp-gateway keys schedule``."""
+    form = await request.post()
+    at = None
+    if form.get("clear") != "yes":
+        try:
+            at = dt.datetime.strptime(str(form.get("activate_at") or ""), "%Y-%m-%dT%H:%M").replace(tzinfo=dt.UTC)
+        except ValueError:
+            raise _back(problem="Not scheduled: give the date and time (UTC).") from None
+    try:
+        await schedule_activation(
+            request.app[DATABASE].pool, company.id, request.match_info["kid"], at, actor=session.actor,
+            now=_now(request), publish_min=request.app[SETTINGS].keys_publish_min,
+        )  # fmt: skip
+    except GatewayError as exc:
+        raise _back(problem=f"Not scheduled: {exc.message}") from None
+    raise _back("scheduled")
 
 
 @staff_page("owner")
@@ -343,6 +372,7 @@ def setup_pages(app: web.Application) -> None:
     app.router.add_post("/admin/keys/rotate", rotate_action)
     app.router.add_post("/admin/keys/{kid}/activate", _event_action("activate"))
     app.router.add_post("/admin/keys/{kid}/retire", _event_action("retire"))
+    app.router.add_post("/admin/keys/{kid}/schedule", schedule_action)
     app.router.add_post("/admin/keys/{kid}/compromise", compromise_action)
     app.router.add_get("/admin/tokens", tokens_page)
     app.router.add_post("/admin/tokens/{token_id}/revoke", revoke_token_action)

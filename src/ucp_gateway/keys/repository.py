@@ -16,13 +16,14 @@ import asyncpg
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ..db import tenant_tx
-from ..errors import Conflict, NotFound
+from ..errors import BadRequest, Conflict, NotFound
 from .envelope import KekRing, encrypt_private_jwk, rewrap
-from .lifecycle import PUBLISHED, KeyEvent, KeyState, KeyTiming, due_events, step
+from .lifecycle import PUBLISHED, IllegalTransition, KeyEvent, KeyState, KeyTiming, due_events, step
 from .rfc7638 import generate_p256, private_key_from_jwk, public_jwk
 from .vault import Vault, attach_vault, get_vault, vault_of
 
 __all__ = [
+    "SCHEDULE_MAX",
     "CompanyKey",
     "KeyNotFoundError",
     "NewKey",
@@ -41,9 +42,11 @@ __all__ = [
     "list_key_events",
     "list_keys",
     "new_key",
+    "parse_activate_at",
     "published_jwks",
     "rewrap_company",
     "rotate",
+    "schedule_activation",
 ]
 
 
@@ -66,6 +69,7 @@ class CompanyKey:
     kek_id: str
     created_at: dt.datetime
     state_changed_at: dt.datetime
+    activate_at: dt.datetime | None = None  # a pending key's scheduled activation (migration 0116)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +79,7 @@ class CompanyKey:
             "kek_id": self.kek_id,
             "created_at": self.created_at.isoformat(),
             "state_changed_at": self.state_changed_at.isoformat(),
+            "activate_at": self.activate_at.isoformat() if self.activate_at else None,
         }
 
 
@@ -92,7 +97,7 @@ class SigningKey:
         return f"SigningKey(company_id={self.company_id}, kid={self.kid!r})"
 
 
-_COLS = "company_id, kid, state, public_jwk, kek_id, created_at, state_changed_at"
+_COLS = "company_id, kid, state, public_jwk, kek_id, created_at, state_changed_at, activate_at"
 
 
 def _row(r: asyncpg.Record) -> CompanyKey:
@@ -104,6 +109,7 @@ def _row(r: asyncpg.Record) -> CompanyKey:
         r["kek_id"],
         r["created_at"],
         r["state_changed_at"],
+        r["activate_at"],
     )
 
 
@@ -400,16 +406,71 @@ async def advance_company(
     """Apply the time-driven transitions that are due (see :func:`.lifecycle.due_events`).
     ``then``: a first statement of the transaction (:func:`..db.tenant_tx`), e.g. a lock timeout."""
     async with tenant_tx(pool, company_id, then=then) as conn:
-        rows = await conn.fetch("SELECT kid, state, state_changed_at FROM company_keys FOR UPDATE")
-        timings = [KeyTiming(r["kid"], KeyState(r["state"]), r["state_changed_at"]) for r in rows]
+        rows = await conn.fetch("SELECT kid, state, state_changed_at, activate_at FROM company_keys FOR UPDATE")
+        timings = [KeyTiming(r["kid"], KeyState(r["state"]), r["state_changed_at"], r["activate_at"]) for r in rows]
         done = due_events(timings, now, publish_min=publish_min, rotating_grace=rotating_grace)
         for kid, ev in done:
             why = "published long enough" if ev is KeyEvent.ACTIVATE else "grace period over"
+            if ev is KeyEvent.ACTIVATE and any(t.kid == kid and t.activate_at for t in timings):
+                why = "scheduled activation"
             await _transition(conn, company_id, kid, ev, "scheduler", why, now)
     for kid, ev in done:
         if ev is KeyEvent.RETIRE:
             _forget(pool, company_id, kid)
     return done
+
+
+#: the furthest ahead an activation may be scheduled
+SCHEDULE_MAX = dt.timedelta(days=365)
+
+
+def parse_activate_at(value: Any) -> dt.datetime | None:
+    """An RFC 3339 time with an offset (``2026-06-01T12:00:00Z``) as an aware UTC datetime; None for
+    None. Raises BadRequest for anything else (the admin API, the CLI and the keys page share it)."""
+    if value is None:
+        return None
+    try:
+        at = dt.datetime.fromisoformat(value) if isinstance(value, str) and len(value) <= 40 else None
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise BadRequest("activate_at must be an RFC 3339 time with an offset, e.g. 2026-06-01T12:00:00Z")
+    return at.astimezone(dt.UTC)
+
+
+async def schedule_activation(
+    pool: asyncpg.Pool,
+    company_id: UUID,
+    kid: str,
+    at: dt.datetime | None,
+    *,
+    actor: str,
+    now: dt.datetime,
+    publish_min: int,
+) -> CompanyKey:
+    """Schedule when the key scheduler activates the pending key ``kid`` (``at``, aware; None: back
+    to the default rule, ``publish_min`` after it was published). Recorded as a key event
+    (``schedule_activation``). Raises KeyNotFoundError, IllegalTransition (409: not pending) or
+    BadRequest: ``at`` naive, earlier than ``publish_min`` after the key was published (verifiers
+    may not have it yet), in the past, or more than a year ahead."""
+    if at is not None and at.tzinfo is None:
+        raise BadRequest("activate_at must carry a time zone (UTC)")
+    async with tenant_tx(pool, company_id) as conn:
+        r = await conn.fetchrow("SELECT state, state_changed_at FROM company_keys WHERE kid = $1 FOR UPDATE", kid)
+        if r is None:
+            raise KeyNotFoundError(f"no key {kid}")
+        if r["state"] != KeyState.PENDING.value:
+            raise IllegalTransition(f"a {r['state']} key cannot be scheduled: only a pending key activates")
+        if at is not None:
+            earliest = max(now, r["state_changed_at"] + dt.timedelta(seconds=publish_min))
+            if at < earliest:
+                raise BadRequest(f"activate_at must be at or after {earliest.isoformat()} (published {publish_min} s)")
+            if at > now + SCHEDULE_MAX:
+                raise BadRequest("activate_at must be within a year")
+        row = await conn.fetchrow(f"UPDATE company_keys SET activate_at = $2 WHERE kid = $1 RETURNING {_COLS}", kid, at)
+        reason = f"activates at {at.astimezone(dt.UTC).isoformat()}" if at else "schedule cleared"
+        await _event(conn, company_id, kid, "pending", "pending", "schedule_activation", actor, reason, now)
+    return _row(row)
 
 
 async def rewrap_company(pool: asyncpg.Pool, company_id: UUID, *, vault: Vault | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Which companies have a transition due is one read over all of them (:mod:`ucp_gateway.periodic`:
 scope ``key_schedule``, role ``ucp_scan``, the partial index ``company_keys_timers`` of migration
-0090): a pending key published ``publish_min`` seconds ago, a rotating key past ``rotating_grace``,
+0090): a pending key published ``publish_min`` seconds ago (and past its scheduled activation,
+if it has one), a rotating key past ``rotating_grace``,
 or (with a vault) no active key at all. Only those companies get a tenant transaction, in which
 :func:`.repository.advance_company` decides and applies the transitions as before. A company with
 nothing due costs nothing per round.
@@ -33,12 +34,14 @@ LOCK_KEY = int.from_bytes(b"ucpgwkey", "big") & 0x7FFF_FFFF_FFFF_FFFF
 #: Replay-cache rows deleted per statement (a platform table written by every signed request).
 NONCE_BATCH = 5000
 
-# companies with a timed transition due ($1: published before, $2: rotating before), oldest first
+# companies with a timed transition due ($1: published before, $2: rotating before, $4: now; a
+# pending key scheduled later waits for its activate_at, migration 0116), oldest first
 _DUE = (
     "SELECT k.company_id, c.slug, min(k.state_changed_at) AS since FROM company_keys k"
     " JOIN companies c ON c.id = k.company_id"
     " WHERE k.state IN ('pending', 'rotating')"
-    " AND ((k.state = 'pending' AND k.state_changed_at <= $1) OR (k.state = 'rotating' AND k.state_changed_at <= $2))"
+    " AND ((k.state = 'pending' AND k.state_changed_at <= $1 AND (k.activate_at IS NULL OR k.activate_at <= $4))"
+    " OR (k.state = 'rotating' AND k.state_changed_at <= $2))"
     " GROUP BY k.company_id, c.slug ORDER BY since, k.company_id LIMIT $3"
 )
 # companies with no active key (the unique partial index company_keys_one_active answers each probe)
@@ -59,7 +62,7 @@ async def due_companies(
     if keyless:
         for r in await due_scan(pool, "key_schedule", _KEYLESS, limit):
             out[r["company_id"]] = (r["company_id"], r["slug"], True)
-    for r in await due_scan(pool, "key_schedule", _DUE, published, grace, limit):
+    for r in await due_scan(pool, "key_schedule", _DUE, published, grace, limit, now):
         out.setdefault(r["company_id"], (r["company_id"], r["slug"], False))
     return list(out.values())[:limit]
 

@@ -5,6 +5,7 @@ Routes (``Authorization: Bearer ucpat_...``; roles read_only < employee < admin 
     GET  /admin/v1/keys                      read_only   list keys (no private material, ever)
     POST /admin/v1/keys/rotate               admin       new pending key
     POST /admin/v1/keys/{kid}/activate       admin       pending -> active (after publish_min)
+    POST /admin/v1/keys/{kid}/schedule       admin       {"activate_at": RFC 3339 | null}: a pending key's activation
     POST /admin/v1/keys/{kid}/retire         admin       rotating/pending -> retired
     POST /admin/v1/keys/{kid}/compromise     owner       unpublish at once, replace if active
     GET  /admin/v1/admin-tokens              admin       list staff tokens (never their text)
@@ -44,7 +45,16 @@ from .admin_tokens import (
     revoke_admin_token,
 )
 from .envelope import KekRing
-from .repository import Vault, apply_event, attach_vault, compromise_key, list_keys, rotate
+from .repository import (
+    Vault,
+    apply_event,
+    attach_vault,
+    compromise_key,
+    list_keys,
+    parse_activate_at,
+    rotate,
+    schedule_activation,
+)
 from .scheduler import run_forever
 
 __all__ = ["VAULT", "admin_route", "load_ring", "setup"]
@@ -149,6 +159,20 @@ def _transition_handler(event: str) -> Callable[[web.Request], Awaitable[web.Str
         return {"kid": kid, "state": state.value}
 
     return handler
+
+
+@_admin("admin")
+async def schedule_handler(request: web.Request, p: StaffPrincipal) -> Any:
+    """``POST /admin/v1/keys/{kid}/schedule``: the scheduler activates the pending key at ``activate_at``
+    (null: back to the default, ``keys_publish_min`` after it was published)."""
+    data = await _json_object(request)
+    if "activate_at" not in data:
+        raise BadRequest('body must be {"activate_at": "<RFC 3339 time>" | null}')
+    key = await schedule_activation(
+        request.app[DATABASE].pool, p.company_id, request.match_info["kid"], parse_activate_at(data["activate_at"]),
+        actor=p.actor, now=_now(request), publish_min=request.app[SETTINGS].keys_publish_min,
+    )  # fmt: skip
+    return key.to_json()
 
 
 @_admin("owner")
@@ -260,6 +284,7 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/admin/v1/keys/rotate", rotate_handler)
     app.router.add_post("/admin/v1/keys/{kid}/activate", _transition_handler("activate"))
     app.router.add_post("/admin/v1/keys/{kid}/retire", _transition_handler("retire"))
+    app.router.add_post("/admin/v1/keys/{kid}/schedule", schedule_handler)
     app.router.add_post("/admin/v1/keys/{kid}/compromise", compromise_handler)
     app.router.add_get("/admin/v1/admin-tokens", tokens_list_handler)
     app.router.add_post("/admin/v1/admin-tokens", tokens_create_handler)
