@@ -185,3 +185,36 @@ async def test_directory_outage_is_503_wrong_directory_is_401(shop, bots):
     r = await _get(url, ed.sign("GET", url, gone, headers=_agent(profile)))
     assert r.status_code == 503 and r.headers["Retry-After"], r.text
     assert r.json()["code"] == "directory_unavailable"
+
+
+async def test_legacy_string_jwks_uri_and_a_rotated_key(shop, bots):
+    host, ed, _ = bots
+    profile = host.base + "/profile/a.json"
+    url = _order_url(shop)
+    # the legacy bare sf-string form, covered whole
+    r = await _get(url, ed.sign("GET", url, None, headers=_agent(profile), agent_header=f'"{host.base}"'))
+    assert _order_read_ran(r) and r.headers["UCP-Access-Level"] == "identified", r.text
+    # a JWKS URL named as such (type=jwks_uri), fetched as it is
+    header = f'sig1="{host.base}/jwks.json";type=jwks_uri'
+    r = await _get(url, ed.sign("GET", url, None, headers=_agent(profile), agent_header=header))
+    assert _order_read_ran(r), r.text
+    r = await _get(
+        url, ed.sign("GET", url, None, headers=_agent(profile), agent_header=f'sig1="{host.base}";type=cimd')
+    )
+    assert r.status_code == 401 and "not supported" in r.json()["content"], r.text
+    # a key added to the directory after it was cached: the unknown keyid refetches it once
+    hits, fresh = host.directory_hits, Bot("Ed25519")
+    host.keys.append(fresh.jwk)
+    r = await _get(url, fresh.sign("GET", url, host.base, headers=_agent(profile)))
+    assert _order_read_ran(r) and host.directory_hits == hits + 1, r.text
+    # another unknown keyid within the TTL floor: no second refetch, refused
+    r = await _get(url, Bot("Ed25519").sign("GET", url, host.base, headers=_agent(profile)))
+    assert r.status_code == 401 and host.directory_hits == hits + 1, r.text
+
+
+async def test_directory_on_a_special_use_address_is_never_fetched(shop, bots):
+    _, ed, _ = bots
+    url = _order_url(shop)
+    for agent in ("https://10.0.0.1", "https://169.254.169.254", "http://example.com"):
+        r = await _get(url, ed.sign("GET", url, agent, headers=_agent(shop.profile)))
+        assert r.status_code == 401 and r.json()["code"] == "key_not_found", (agent, r.text)

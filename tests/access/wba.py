@@ -35,6 +35,7 @@ class AgentHost(Platform):
         app = web.Application()
         app.router.add_get("/profile/{name}.json", self.profile)
         app.router.add_get(DIRECTORY_PATH, self.directory)
+        app.router.add_get("/jwks.json", self.jwks)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -49,6 +50,10 @@ class AgentHost(Platform):
             return web.Response(status=self.directory_status)
         body = web.json_response({"keys": self.keys}).body
         return web.Response(body=body, content_type=self.media_type, headers={"Cache-Control": "max-age=300"})
+
+    async def jwks(self, request):  # a plain JWKS URL (Signature-Agent type=jwks_uri)
+        self.directory_hits += 1
+        return web.json_response({"keys": self.keys})
 
 
 @dataclass
@@ -89,13 +94,17 @@ class Bot:
         nonce: str | None = "fresh",
         kid: str | None = None,
         cover_agent: bool = True,
+        agent_header: str | None = None,
     ) -> dict[str, str]:
         """Headers for a Web Bot Auth request: ``Signature-Agent: <label>="<agent>"`` covered by its
-        member; ``ucp``: also the UCP coverage (``@method @path``, ``ucp-agent``, idempotency key,
+        member (``agent_header``: that header verbatim, covered whole); ``ucp``: also the UCP
+        coverage (``@method @path``, ``ucp-agent``, idempotency key,
         digest) of what ``headers`` and ``body`` hold."""
         h: CIMultiDict[str] = CIMultiDict(headers or {})
         comps = ["@authority"]
-        if agent is not None:
+        if agent_header is not None:
+            h["Signature-Agent"] = agent_header
+        elif agent is not None:
             h["Signature-Agent"] = f'{label}="{agent}"'
         if ucp:
             comps = ["@method", "@authority", "@path"] + [n.lower() for n in ("UCP-Agent", "Idempotency-Key") if n in h]
@@ -103,7 +112,9 @@ class Bot:
                 h["Content-Digest"] = sha256_digest(body)
                 h.setdefault("Content-Type", "application/json")
                 comps += ["content-digest", "content-type"]
-        if agent is not None and cover_agent:
+        if agent_header is not None:
+            comps.append("signature-agent")
+        elif agent is not None and cover_agent:
             comps.append(f'"signature-agent";key="{label}"')
         created = created or dt.datetime.now(dt.UTC)
         signer = HTTPMessageSigner(
