@@ -17,6 +17,11 @@ Runs, each after the queue is empty again:
               one dead receiver taking 1 event in 10: the fast receivers' delivery latency (queued
               -> answered), p50 / p99, and what the dead one added.
 
+Each burst also prints the CPU it cost per delivery: the gateway's processes (supervisor and
+workers) and PostgreSQL's (postmaster and backends; the bench's inserts of the events included),
+the figure that decides how many deliveries a quiet machine's cores can make (checkout_flow.py
+prints the same per order).
+
 Printed next to the order rate ``bench/checkout_flow.py`` reaches, measured first in the same
 invocation (its signed saturation run, ``--order-seconds`` long, with as many gateway processes;
 nothing else of this bench runs meanwhile), or given with ``--order-rate``: delivery keeps up
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import shutil
 import signal
@@ -45,7 +51,10 @@ from aiohttp import web
 
 from ucp_gateway.commerce.repo import insert_outbox
 
-_CHECKOUT_FLOW = Path(__file__).with_name("checkout_flow.py")
+_CHECKOUT_FLOW = Path(__file__).resolve().with_name("checkout_flow.py")
+_spec = importlib.util.spec_from_file_location("checkout_flow_bench", _CHECKOUT_FLOW)
+cf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cf)  # bench/ is no package: the checkout bench's CPU accounting
 
 
 def measure_order_rate(seconds: float, workers: int) -> float:
@@ -55,7 +64,10 @@ def measure_order_rate(seconds: float, workers: int) -> float:
     cmd += ["--seconds", str(seconds), "--warmup", "1", "--workers", str(workers)]
     print("measuring the order rate:", " ".join(["python", "bench/checkout_flow.py", *cmd[2:]]), flush=True)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return parse_order_rate(out)
+    rate = parse_order_rate(out)
+    row = next(line for line in out.splitlines() if f"{rate:6.1f} flows/s" in line)
+    print(f"  its saturation row: {' '.join(row.split())}")  # with its CPU ms per order
+    return rate
 
 
 def parse_order_rate(output: str) -> float:
@@ -143,6 +155,12 @@ class Gateway:
             time.sleep(0.1)
         raise SystemExit("gateway not ready")
 
+    def cpu_pids(self) -> list[int]:
+        """The gateway's supervisor (its workers are children) and the embedded postmaster (its
+        backends are children; pg_ctl detached it from the gateway)."""
+        postmaster = int((self.data_dir / "pg" / "postmaster.pid").read_text().split()[0])
+        return [self.proc.pid, postmaster]
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -190,17 +208,24 @@ async def _clear(conn) -> None:
     await conn.execute("DELETE FROM webhook_queue")
 
 
-async def burst(conn, company_id, receivers: Receivers, names: list[str], events: int, live: set[str]) -> float:
+async def burst(
+    conn, company_id, receivers: Receivers, names: list[str], events: int, live: set[str], pids: list[int]
+) -> tuple[float, float, float]:
+    """``(deliveries/s to the live receivers, gateway CPU ms, PostgreSQL CPU ms)`` per delivery made
+    (the CPU from the first event queued until the live receivers have all of theirs)."""
     sent: dict[str, float] = {}
     targets = [(names[i % len(names)], receivers.url(names[i % len(names)])) for i in range(events)]
     ids: list[str] = []
+    before = [cf._cpu_times([pid]) for pid in pids]
     for k in range(0, events, 500):
         ids += await _queue(conn, company_id, targets[k : k + 500], sent)
     t0 = min(sent.values())
     mine = [i for i, (n, _) in zip(ids, targets, strict=True) if n in live]
     end = await _drained(conn, receivers, set(mine), 300)
+    gw_cpu, pg_cpu = (cf.cpu_delta(b, cf._cpu_times([pid])) for b, pid in zip(before, pids, strict=True))
     await _clear(conn)
-    return len(mine) / max(1e-9, end - t0)
+    made = max(1, len(receivers.arrived.keys() & set(ids)))
+    return len(mine) / max(1e-9, end - t0), 1000 * gw_cpu / made, 1000 * pg_cpu / made
 
 
 async def paced(conn, company_id, receivers, names, rate: float, seconds: float, dead: str | None) -> list[float]:
@@ -258,17 +283,22 @@ async def main() -> None:
         print(f"gateway: serve --workers {args.workers}; webhook_timeout {args.timeout} s; shared machine")
         print(f"order rate to keep up with: {args.order_rate:.1f} orders/s (bench/checkout_flow.py, {source})")
 
-        rate1 = await burst(conn, company_id, receivers, ["one"], args.events, {"one"})
-        print(f"burst-1:   {args.events} events, 1 receiver: {rate1:.1f} deliveries/s")
+        pids = gw.cpu_pids()
+        rate1, gw1, pg1 = await burst(conn, company_id, receivers, ["one"], args.events, {"one"}, pids)
+        print(
+            f"burst-1:   {args.events} events, 1 receiver: {rate1:.1f} deliveries/s"
+            f" (cpu ms/delivery: gateway {gw1:.1f}, postgres {pg1:.1f})"
+        )
 
         names = [f"r{i:03d}" for i in range(100)]
         receivers.slow.update({n: args.slow for n in names[:10]})
         receivers.dead.add(names[10])
         live = set(names) - {names[10]}
-        rate100 = await burst(conn, company_id, receivers, names, args.events, live)
+        rate100, gw100, pg100 = await burst(conn, company_id, receivers, names, args.events, live, pids)
         print(
             f"burst-100: {args.events} events, 100 receivers (10 answer after {args.slow} s, 1 never):"
-            f" {rate100:.1f} deliveries/s to the live ones"
+            f" {rate100:.1f} deliveries/s to the live ones (cpu ms/delivery: gateway {gw100:.1f},"
+            f" postgres {pg100:.1f})"
         )
         receivers.slow.clear()
         fast = [f"f{i:03d}" for i in range(100)]
