@@ -12,6 +12,7 @@ import ipaddress
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -505,6 +506,9 @@ class HostCache:
         self._stale: set[str] = set()
         self._pool: asyncpg.Pool | None = None
         self._revalidating: asyncio.Task[None] | None = None
+        #: called after each revalidation read with ``[(host, company id, version, read at)]`` of the
+        #: company Hosts it renewed (monotonic seconds): caches keyed by Host renew what those cover
+        self.renewed: list[Callable[[list[tuple[str, UUID, UUID | None, float]]], None]] = []
 
     def cached(self, host: str | None) -> Company | object | None:
         """The company (None = platform node) while the entry for ``host`` is fresh, or stale and
@@ -541,6 +545,16 @@ class HostCache:
                 self._revalidating = asyncio.get_running_loop().create_task(self._revalidate())
             return True
         return False
+
+    def revalidating(self, host: str | None) -> bool:
+        """Whether the entry for ``host`` is past its ``ttl`` but still known with a company, so
+        that a revalidation read covers it (queued by :meth:`known` or :meth:`cached`, which ask
+        first) and tells :attr:`renewed` about it. Synchronous."""
+        hit = self._entries.get(host or "")
+        if hit is None or hit[1] is None or self._pool is None:
+            return False
+        now = time.monotonic()
+        return hit[0] <= now < hit[0] + self.known_grace - self.ttl
 
     async def resolve(self, pool: asyncpg.Pool, host: str | None) -> Company | None:
         """Like :func:`resolve_host`, through the cache (keyed by the Host as received, so a hit
@@ -580,6 +594,7 @@ class HostCache:
                 start = time.monotonic()
                 names = {key: normalize_host(key) for key in keys}
                 now = await host_versions(self._pool, sorted(set(names.values())))
+                renewed = []
                 for key, name in names.items():
                     hit = self._entries.get(key)
                     if hit is None or hit[0] > start:
@@ -587,8 +602,12 @@ class HostCache:
                     company = hit[1]
                     if now.get(name, (None, None)) == (company.id if company else None, hit[2]):
                         self._put(key, (start + self.ttl, company, hit[2]))
+                        if company is not None:
+                            renewed.append((key, company.id, hit[2], start))
                     else:
                         self._entries.pop(key, None)  # changed: the next request resolves it
+                for hook in self.renewed:
+                    hook(renewed)
         except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
             # the stale entries lapse after their grace; the full path then answers (an outage: 503)
             _log.warning("host_cache_revalidation_failed", error=exc.__class__.__name__)

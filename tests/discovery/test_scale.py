@@ -354,3 +354,34 @@ async def test_agent_graph_pages_read_narrow_rows_and_the_platform_document_embe
     assert [c["slug"] for c in page["companies"]] == ["c", "d", "e"] and page["next"] is None
     assert page["companies"][0] == {"slug": "c", "name": "C"}  # no host, no profile
     assert page["pages"] == "http://platform.test:8080/ucp/agent-graph"
+
+
+async def test_the_host_caches_revalidation_renews_that_hosts_profile_without_a_read_of_its_own(
+    aiohttp_client, database, db_settings, vault
+):
+    """A Host the host cache revalidated at an unchanged version has its rendered profile renewed
+    with it: a company asked for in turn costs one revalidation, not two."""
+    from ucp_gateway.app import create_app
+    from ucp_gateway.discovery.web import _RENDERED
+    from ucp_gateway.middleware import HOST_CACHE
+
+    c = await create_company(database.pool, slug="acme", display_name="Acme", hostnames=["acme.example"])
+    await ensure_active_key(database.pool, c.id, now=NOW)
+    settings = db_settings.model_copy(update={"profile_render_ttl": 1.0, "host_cache_ttl": 0.5})
+    app = create_app(settings, database=database)
+    client = await aiohttp_client(app)
+    t0 = time.monotonic()
+    assert (await client.get("/.well-known/ucp", headers={"Host": "acme.example"})).status == 200
+    await asyncio.sleep(0.6)
+    assert (await client.get("/.well-known/ucp", headers={"Host": "acme.example"})).status == 200  # host stale
+    hosts = app[HOST_CACHE]
+    for _ in range(300):
+        await asyncio.sleep(0.01)
+        if hosts._revalidating is None:
+            break
+    await asyncio.sleep(max(0.0, t0 + 1.2 - time.monotonic()))  # past the profile's own ttl
+    assert app[_RENDERED].fresh("acme.example") is not None and app[_RENDERED]._revalidating is None
+    await rotate(database.pool, c.id, actor="t", reason="r", now=NOW)  # a new version: not vouched for
+    entry = app[_RENDERED]._entries["acme.example"]
+    app[_RENDERED].vouch("acme.example", c.id, await _version(database.pool, c.id), time.monotonic() + 60)
+    assert entry.expires < time.monotonic() + 30

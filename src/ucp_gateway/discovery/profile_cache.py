@@ -113,8 +113,18 @@ class RenderedProfiles:
 
     BATCH = 1000  #: companies whose versions one revalidation read asks for
 
-    def __init__(self, ttl: float, versions: Versions, max_bytes: int = 64 * 1024 * 1024, grace: float | None = None):
+    def __init__(
+        self,
+        ttl: float,
+        versions: Versions,
+        max_bytes: int = 64 * 1024 * 1024,
+        grace: float | None = None,
+        covered: Callable[[Hashable], bool] | None = None,
+    ):
         self.ttl = ttl
+        # covered(key): another read already on its way will renew the key (:meth:`vouch`), so a
+        # stale answer does not queue a read of its own
+        self._covered = covered
         self.grace = ttl if grace is None else grace  # how long past its ttl the fast path answers it
         self.max_bytes = max_bytes
         self.bytes = 0
@@ -137,13 +147,25 @@ class RenderedProfiles:
     def stale(self, key: Hashable) -> Entry | None:
         """The entry for ``key`` when its time is up by less than ``grace`` seconds and a version
         covers it, queued for the next revalidation read (renewed when the company's version is
-        unchanged, dropped when it changed: the next request renders); else None. Synchronous, for
-        the fast path: a queued key costs a set insertion."""
+        unchanged, dropped when it changed: the next request renders), unless ``covered`` says a
+        read on its way covers it; else None. Synchronous, for the fast path: a queued key costs a
+        set insertion."""
         hit = self._entries.get(key)
         if hit is None or hit.version is None or time.monotonic() >= hit.expires + self.grace:
             return None
-        self._queue(key)
+        if self._covered is None or not self._covered(key):
+            self._queue(key)
         return hit
+
+    def vouch(self, key: Hashable, company: UUID, version: UUID | None, at: float) -> None:
+        """Renew the entry for ``key`` as rendered when ``company`` was read at ``version`` at
+        ``at`` (monotonic seconds) by someone else (the host cache's revalidation of the same Host):
+        no read of its own. An entry of another company or version is left as it is."""
+        hit = self._entries.get(key)
+        if hit is not None and hit.version is not None and hit.company == company and hit.version == version:
+            if hit.expires < at + self.ttl:
+                hit.expires = at + self.ttl
+                self._entries.move_to_end(key)  # renewed: the last to go
 
     def _queue(self, key: Hashable) -> None:
         self._stale.add(key)

@@ -38,7 +38,7 @@ from ..httpsig.web import KEY_RESOLVER
 from ..keys import published_jwks
 from ..keys.lifecycle import PUBLISHED
 from ..mediatype import json_response
-from ..middleware import PUBLIC_FAST_PATHS, PublicPath
+from ..middleware import HOST_CACHE, PUBLIC_FAST_PATHS, PublicPath
 from ..tenancy import (
     Company,
     list_subagents,
@@ -352,11 +352,14 @@ def setup(app: web.Application) -> None:
     fetcher = ProfileFetcher(settings, clock=app[CLOCK] if CLOCK in app else None)
     app[PROFILE_FETCHER] = fetcher
     app[KEY_RESOLVER] = fetcher  # the signature middleware resolves caller keys through the fetcher
+    hosts = app[HOST_CACHE] if HOST_CACHE in app else None
     rendered = app[_RENDERED] = RenderedProfiles(
         settings.profile_render_ttl,
         lambda ids: _versions(app[DATABASE].pool, ids),
         settings.profile_cache_bytes,
         grace=settings.profile_max_age,
+        # the host cache's revalidation of the Host renews its documents (below): no second read
+        covered=(lambda key: hosts.revalidating(key if type(key) is str else key[1])) if hosts else None,
     )
     app[PAGES] = DirectoryPages(settings.profile_render_ttl)
     app[PLATFORM] = platform_node(settings)
@@ -372,6 +375,16 @@ def setup(app: web.Application) -> None:
         app[PAYMENT_HANDLERS_PROVIDER] = demo_handlers
     base = urlsplit(vendor.base_url).path.rstrip("/")
     app.router.add_get("/.well-known/ucp", well_known_ucp)
+    if hosts is not None:  # the host cache's revalidation of a Host renews that Host's documents
+        leaves = [v for v in SERVED if v != ROOT]
+
+        def renew(hosts: list[tuple[str, UUID, UUID | None, float]]) -> None:
+            for host, company, version, at in hosts:
+                rendered.vouch(host, company, version, at)
+                for protocol in leaves:
+                    rendered.vouch((protocol, host), company, version, at)
+
+        hosts.renewed.append(renew)
     if PUBLIC_FAST_PATHS in app:  # behind create_app's foundation middleware
         app[PUBLIC_FAST_PATHS]["/.well-known/ucp"] = PublicPath(well_known_ucp, public_fast_path(rendered, settings))
     for protocol in SERVED:
