@@ -213,3 +213,62 @@ async def test_without_elicitation_the_call_answers_the_escalation(shop, databas
         assert r.headers["Content-Type"].startswith("application/json")
         assert r.json()["result"]["structuredContent"]["status"] == "requires_escalation"
     assert await _orders(database, company, co["id"]) == 0
+
+
+async def test_a_verb_pending_a_click_asks_the_person_and_runs_once(shop, database):
+    """A staff token's write verb over /ucp/mcp: the click it needs is asked inside the call; yes runs
+    it (one audit row allowed), no answers the pending envelope. A human-only verb is no tool of this
+    door (surface_not_allowed), and nothing is asked for it."""
+    import datetime as dt
+
+    from ucp_gateway.keys.admin_tokens import create_admin_token
+
+    base, _, company = shop
+    token, _ = await create_admin_token(database.pool, company.id, "owner", now=dt.datetime.now(dt.UTC))
+    update = {"contact_id": 1, "status": "vip"}
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        for mode in ("legacy", "2026-07-28"):
+            yes, no = Person(content={"confirm": True}), Person("decline")
+            async with _client(base, None, http, yes, mode) as c:
+                done = await c.call_tool("crm_contact_update", update)
+            assert done.structured_content["ok"] is True and len(yes.asked) == 1, done.structured_content
+            assert yes.asked[0].requested_schema["required"] == ["confirm"]
+            async with _client(base, None, http, no, mode) as c:
+                res = await c.call_tool("crm_contact_update", update)
+            assert res.structured_content["error"]["reason"] == "dispatch_pending" and len(no.asked) == 1
+            person = Person(content={"confirm": True})
+            async with _client(base, None, http, person, mode) as c:
+                refund = await c.call_tool("payments__refund", {"order_id": "ord_1", "amount": 100, "currency": "USD"})
+            assert person.asked == [] and refund.structured_content["ok"] is False
+    async with tenant_tx(database.pool, company.id) as conn:
+        rows = await conn.fetch(
+            "SELECT decision FROM verb_audit_log WHERE verb = 'crm_contact_update' ORDER BY audit_id"
+        )
+    assert [r["decision"] for r in rows].count("allowed") == 2  # once per revision, only after a yes
+
+
+async def test_a_revision_without_elicitation_is_not_asked(shop):
+    """2025-03-26 has no elicitation: an initialize declaring it gets no session id, and its calls
+    answer the escalation as before."""
+    base, agent, _ = shop
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26",
+            "capabilities": {"elicitation": {}}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+    async with httpx2.AsyncClient(auth=SigningAuth(agent), timeout=30) as http:
+        r = await http.post(base + "/ucp/mcp", json=init)
+        assert r.status_code == 200 and r.json()["result"]["protocolVersion"] == "2025-03-26"
+        assert "Mcp-Session-Id" not in r.headers
+        init["params"]["protocolVersion"] = "2025-11-25"
+        r = await http.post(base + "/ucp/mcp", json=init)
+        assert r.headers["Mcp-Session-Id"].startswith("mcs1.")
+
+
+def test_a_human_only_pending_is_never_asked():
+    """Only the approval page confirms a human-only verb: its pending envelope makes no question."""
+    from ucp_gateway.transports.mcp_consent import verb_ask
+
+    env = {"ok": False, "verb": "payments.refund", "error": {"reason": "dispatch_pending", "message": "m"},
+           "pending": {"confirm": "human", "required_phrase": "REFUND 100", "approval_url": "https://x/a"}}  # fmt: skip
+    assert verb_ask(env, "payments.refund", None) is None
+    typed = {**env, "pending": {"confirm": "typed_phrase", "required_phrase": "P", "nonce": "n"}}
+    ask = verb_ask(typed, "v", "k")
+    assert ask is not None and ask.state["nonce"] == "n" and ask.schema["required"] == ["typed_phrase"]
