@@ -5,6 +5,7 @@ Two gateway configurations, each in its own process (its own event loop) on the 
   signed: RFC 9421 verification on every request, signed complete responses, every call an audited
           verb dispatch (the production path);
   plain:  no signature middleware, unsigned requests, ``commerce_via_verbs=false`` (no audit rows);
+          the company then lets an unproven agent complete (``access.levels``), so flows place orders;
   verbs:  (only with ``--modes``) unsigned as plain, but every call an audited verb dispatch as signed:
           signed - verbs is the cost of signatures, verbs - plain that of the verb runtime;
   nometrics: (only with ``--modes``) signed, with the Prometheus metrics off (``metrics_enabled``):

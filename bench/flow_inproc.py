@@ -2,8 +2,10 @@
 
 The app is ``create_app`` as ``bench/checkout_flow.py`` runs it (same settings, embedded PostgreSQL,
 the same seeded demo company and unsigned requests), fed with ``protocol.data_received`` (no client
-sockets; PostgreSQL runs in its own processes and is not counted). One flow = create -> update ->
-complete, sent one after another, each with a fresh Idempotency-Key, as the load generator does.
+sockets; PostgreSQL runs in its own processes and is not counted). Unsigned, the signature
+middleware is left out and the company lets an unproven agent complete (``access.levels``), so every
+flow places an order. One flow = create -> update -> complete, sent one after another, each with a
+fresh Idempotency-Key, as the load generator does.
 Modes: ``verbs`` (every call an audited verb dispatch) and ``plain`` (``commerce_via_verbs=false``).
 
 CPU per flow (thread time of this process, min over rounds; noisy on a busy machine)::
