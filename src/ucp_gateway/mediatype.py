@@ -16,8 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .errors import GatewayError
-from .jsonbody import dumps_compact
+from .errors import BadRequest, GatewayError
+from .jsonbody import InvalidJson, dumps_compact, loads_strict
 
 __all__ = [
     "DECODED_CODINGS",
@@ -25,6 +25,7 @@ __all__ = [
     "UnsupportedMediaType",
     "json_response",
     "json_type_problem",
+    "read_json_object",
     "require_json_body",
 ]
 
@@ -85,3 +86,22 @@ def require_json_body(request: web.BaseRequest, body: bytes, *, codings: tuple[s
         problem = json_type_problem(request, codings=codings)
         if problem is not None:
             raise UnsupportedMediaType(problem)
+
+
+async def read_json_object(request: web.BaseRequest, *, example: str = "") -> dict[str, Any]:
+    """The request body as a JSON object (``{}`` when empty), for the admin API's small bodies.
+
+    ``request.read()`` even when the signature middleware already consumed the body (it returns the
+    cached bytes). Raises :class:`UnsupportedMediaType` (415, :func:`require_json_body`) and
+    :class:`~ucp_gateway.errors.BadRequest` ``body must be JSON: <why>`` (too deep, U+0000, ...) or
+    ``body must be a JSON object`` (followed by ``, e.g. <example>`` when given).
+    """
+    raw = await request.read()
+    require_json_body(request, raw)
+    try:
+        data = loads_strict(raw or b"{}")
+    except InvalidJson as exc:
+        raise BadRequest(f"body must be JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("body must be a JSON object" + (f", e.g. {example}" if example else ""))
+    return data

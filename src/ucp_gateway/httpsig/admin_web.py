@@ -22,7 +22,7 @@ from ..errors import BadRequest
 from ..jsonbody import InvalidJson, loads_strict
 from ..keys.admin_tokens import StaffPrincipal
 from ..keys.web import admin_route
-from ..mediatype import require_json_body
+from ..mediatype import read_json_object
 from .blocks import add_block, list_blocks, purge_profile, remove_block
 from .debug import debug_signature
 from .web import _DEFAULT_RESOLVER, KEY_RESOLVER, policy_from_settings
@@ -33,13 +33,8 @@ _MAX_DEBUG = 256 * 1024  # bytes of the raw request the debugger reads
 
 
 async def _body(request: web.Request, *names: str) -> dict[str, Any]:
-    raw = await request.read()
-    require_json_body(request, raw)
-    try:
-        data = loads_strict(raw or b"{}")
-    except InvalidJson as exc:
-        raise BadRequest(f"body must be JSON: {exc}") from None
-    if not isinstance(data, dict) or not all(isinstance(data.get(n), str) for n in names):
+    data = await read_json_object(request)
+    if not all(isinstance(data.get(n), str) for n in names):
         raise BadRequest(f"body must be a JSON object with string members {', '.join(names)}")
     return data
 

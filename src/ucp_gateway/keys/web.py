@@ -31,8 +31,7 @@ from aiohttp import web
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, SETTINGS
 from ..clock import SystemClock
 from ..errors import BadRequest, ConfigError, GatewayError
-from ..jsonbody import InvalidJson, loads_strict
-from ..mediatype import json_response, require_json_body
+from ..mediatype import json_response, read_json_object
 from ..tenancy import resolve_host
 from .admin_tokens import (
     AdminAuthError,
@@ -102,16 +101,7 @@ admin_route = _admin  # the public name, for other subsystems' admin API routes
 
 
 async def _reason(request: web.Request) -> str:
-    # read() even when the signature middleware already consumed the body (it returns the cached
-    # bytes; can_read_body is then False, which used to drop the reason silently)
-    raw = await request.read()
-    require_json_body(request, raw)
-    try:
-        data = loads_strict(raw or b"{}")
-    except InvalidJson as exc:  # its message says why (too deep, U+0000, ...), as on the other routes
-        raise BadRequest(f"body must be JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadRequest('body must be a JSON object, e.g. {"reason": "..."}')
+    data = await read_json_object(request, example='{"reason": "..."}')
     reason = data.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 500:
         raise BadRequest("reason must be a string of at most 500 characters")
@@ -189,18 +179,6 @@ async def compromise_handler(request: web.Request, p: StaffPrincipal) -> Any:
     return {"kid": kid, "state": "compromised", "active_kid": new}
 
 
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
-    require_json_body(request, raw)
-    try:
-        data = loads_strict(raw or b"{}")
-    except InvalidJson as exc:
-        raise BadRequest(f"body must be JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadRequest("body must be a JSON object")
-    return data
-
-
 @_admin("admin")
 async def tokens_list_handler(request: web.Request, p: StaffPrincipal) -> Any:
     return {"admin_tokens": await list_admin_tokens(request.app[DATABASE].pool, p.company_id, now=_now(request))}
@@ -208,7 +186,7 @@ async def tokens_list_handler(request: web.Request, p: StaffPrincipal) -> Any:
 
 @_admin("owner")
 async def tokens_create_handler(request: web.Request, p: StaffPrincipal) -> Any:
-    data = await _json_object(request)
+    data = await read_json_object(request)
     role, label = data.get("role"), data.get("label", "")
     if not isinstance(label, str) or len(label) > 200:
         raise BadRequest("label must be a string of at most 200 characters")
