@@ -155,7 +155,7 @@ def _transition_handler(event: str) -> Callable[[web.Request], Awaitable[web.Str
 async def schedule_handler(request: web.Request, p: StaffPrincipal) -> Any:
     """``POST /admin/v1/keys/{kid}/schedule``: the scheduler activates the pending key at ``activate_at``
     (null: back to the default, ``keys_publish_min`` after it was published)."""
-    data = await _json_object(request)
+    data = await read_json_object(request)
     if "activate_at" not in data:
         raise BadRequest('body must be {"activate_at": "<RFC 3339 time>" | null}')
     key = await schedule_activation(
