@@ -44,7 +44,7 @@ async def cmd_credentials(args: argparse.Namespace, settings: Settings) -> int:
             what = "X-API-Key" if cred.kind == "api_key" else f"client_id={cred.id} client_secret"
             text = (f"{cred.id} for {cred.profile_url}\n{what}: {secret}\n(shown once: store it now)" if secret
                     else f"{cred.id} for {cred.profile_url}\nclient_id={cred.id} (private_key_jwt, "
-                    f"{len(jwks['keys'])} key(s))")  # fmt: skip
+                    f"{len((cred.jwks or {}).get('keys', []))} key(s))")  # fmt: skip
             emit(args, {**cred.to_json(), "secret": secret}, text)
         elif args.credentials_cmd == "list":
             creds = [c for c in await list_credentials(db.pool, company.id)
