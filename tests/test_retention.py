@@ -141,6 +141,13 @@ async def _seed(pool, company_id, tag: str) -> None:
                 "0" * 64,
                 expires,
             )
+            # a rate-limit bucket whose tat has passed is full, the same as no row
+            await conn.execute(
+                "INSERT INTO rate_limit_buckets (company_id, bucket, tat, seen_at, granted) VALUES ($1, $2, $3, $3, 1)",
+                company_id,
+                f"{tag}-{key}",
+                expires,
+            )
             # an access token is refused once expired, revoked or not (access/proofs.py)
             await conn.execute(
                 "INSERT INTO oauth_access_tokens (company_id, token_hash, client_id, scope, issued_at, expires_at)"
@@ -252,6 +259,7 @@ async def _keys(pool, company_id) -> dict[str, set[str]]:
             # a cart's checkout link goes with the cart (migration 0120)
             "cart_checkouts": {r[0] for r in await conn.fetch("SELECT cart_id FROM cart_checkouts")},
             "mcp_elicitations": {r[0] for r in await conn.fetch("SELECT caller FROM mcp_elicitations")},
+            "rate_limit_buckets": {r[0] for r in await conn.fetch("SELECT bucket FROM rate_limit_buckets")},
             "request_slo_minutes": {
                 r[0].replace("_", "-") for r in await conn.fetch("SELECT operation FROM request_slo_minutes")
             },

@@ -18,7 +18,6 @@ from aiohttp import web
 from .appkeys import CLOCK, DATABASE, SETTINGS
 from .clock import Clock, SystemClock
 from .commerce import web as commerce_web
-from .commerce.ratelimit import RateLimiter
 from .config import Settings
 from .db import Database
 from .db.database import connect_database
@@ -137,7 +136,6 @@ def create_app(
     *,
     clock: Clock | None = None,
     database: Database | None = None,
-    rate_limiter: RateLimiter | None = None,
 ) -> web.Application:
     """Build the gateway application.
 
@@ -146,8 +144,6 @@ def create_app(
         clock: time source (default :class:`SystemClock`); tests pass a ``FrozenClock``.
         database: an already opened database (tests); when None the app opens one at startup
             (embedded or ``DATABASE_URL``) and closes it, and the embedded server, at cleanup.
-        rate_limiter: the buyer rate limiter (a worker of ``serve --workers`` passes one on its
-            supervisor's shared block); None: one of this process, ``settings.buyer_rate_limit``.
     Returns: the application; nothing touches the network until it is started.
     """
     access_log = structlog.get_logger("ucp_gateway.http").bind()
@@ -179,8 +175,6 @@ def create_app(
         app[DATABASE] = database
     else:
         app.cleanup_ctx.append(_database_ctx)
-    if rate_limiter is not None:
-        app[commerce_web.COMMERCE_LIMITER] = rate_limiter
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     for setup in COMPONENTS:

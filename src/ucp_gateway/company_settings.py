@@ -16,6 +16,7 @@ settings are no object). Its known sections, their types, and what a reader does
     commerce.pickup_locations        array of {id, name, address?}                commerce API refused
     commerce.pages                   object: page name -> string                  absent (default text)
     access.levels                    object: operation -> access level            strictest table (levels.py)
+    access.rate_limits               object: access level -> 1..10**7 (a minute)  the platform's limits
 
 A JSON null, or a missing key, anywhere on a path is absent. "Refused" is :class:`CompanyMisconfigured`
 (HTTP 500 ``company_misconfigured``, a JSON body naming the settings path) for the requests that
@@ -50,6 +51,7 @@ __all__ = [
     "daily_caps",
     "json_type",
     "pages",
+    "rate_limits",
     "setting",
     "text",
 ]
@@ -243,6 +245,26 @@ def access_levels(value: Any, path: str) -> dict[str, Any]:
         raise SettingError(path, "an access table", entries, f"is no access table: {exc}") from None
 
 
+_RATE_MAX = 10**7
+
+
+def rate_limits(value: Any, path: str) -> dict[str, int]:
+    """An object of access level (``anonymous``, ``identified``, ``linked``) -> requests a minute,
+    1..10**7; a null entry is absent (the platform's limit)."""
+    entries = _object(value, path)
+    out: dict[str, int] = {}
+    for level, limit in entries.items():
+        if level not in ("anonymous", "identified", "linked"):
+            raise SettingError(f"{path}.{level}", "an access level (anonymous, identified, linked)", level,
+                               "is no access level (anonymous, identified, linked)")  # fmt: skip
+        if limit is not None:
+            n = _count(limit, f"{path}.{level}", most=_RATE_MAX)
+            if not n:
+                raise SettingError(f"{path}.{level}", f"an integer from 1 to {_RATE_MAX}", limit)
+            out[level] = n
+    return out
+
+
 # ---- reading -----------------------------------------------------------------------------------
 
 REFUSE: Any = object()  #: ``on_bad`` of :func:`setting`: raise CompanyMisconfigured
@@ -323,6 +345,7 @@ KNOWN: tuple[tuple[str, Callable[[Any, str], Any]], ...] = (
     ("commerce", commerce),
     ("commerce.pages", pages),
     ("access.levels", access_levels),
+    ("access.rate_limits", rate_limits),
 )
 
 

@@ -88,7 +88,7 @@ class Settings(BaseSettings):
         ge=1,
         le=64,
         description="serving processes of `serve` sharing its listening socket; each has its own pool of db_pool_max "
-        "connections and its own in-process caches; buyer_rate_limit holds across all of them",
+        "connections and its own in-process caches; the rate limits hold across all of them (PostgreSQL)",
     )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto",
@@ -225,8 +225,20 @@ class Settings(BaseSettings):
     buyer_rate_limit: int = Field(
         default=1200,
         ge=1,
-        description="Requests/minute per verified buyer agent and company, across all workers of `serve`;"
-        " unsigned callers (signature policy optional/off) share one such budget per company.",
+        description="Requests/minute per verified buyer agent (identified or linked) and company, across all "
+        "processes and replicas on the database (access.ratelimit); anonymous callers share one budget per company.",
+    )
+    anonymous_rate_limit: int | None = Field(
+        default=None,
+        ge=1,
+        description="Requests/minute of the one budget every anonymous caller of a company shares, across all "
+        "replicas; None: buyer_rate_limit. A company's settings.access.rate_limits overrides both.",
+    )
+    checkout_session_rate_limit: int = Field(
+        default=120,
+        ge=1,
+        description="Requests/minute on one checkout session a verified platform continues after its own budget "
+        "is spent (it is never refused 429 there; past this it is shed with 503 and Retry-After).",
     )
     buyer_max_order_amount: int | None = Field(
         default=None,

@@ -93,6 +93,7 @@ RULES: tuple[Rule, ...] = (
     # an expired cart answers not_found (commerce.carts); its checkout link goes with it (migration 0120)
     Rule("carts", "expires_at"),
     Rule("mcp_elicitations", "expires_at"),  # a question asked inside an MCP call is not answered after it
+    Rule("rate_limit_buckets", "tat"),  # a bucket whose tat has passed is full: the same as no row (0106)
     # a day's counters count only on that UTC day (verbs.store.reserve_cap, count_principal); a few
     # rows per principal and day, so no index: the batch's scan is short
     Rule("verb_daily_usage", "day", USAGE_KEEP, by_day=True),

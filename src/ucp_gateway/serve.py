@@ -34,7 +34,6 @@ from aiohttp import web
 from . import metrics
 from .access.mtls import server_ssl_context
 from .app import create_app
-from .commerce.ratelimit import RateLimiter
 from .config import Settings
 from .errors import ConfigError
 from .middleware import FOUNDATION, front_handler
@@ -233,7 +232,6 @@ async def run_server(
     sock: socket.socket | None = None,
     front: bool = True,
     signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
-    rate_limiter: RateLimiter | None = None,
 ) -> None:
     """Serve ``create_app(settings)`` until a signal (or ``stop``) arrives.
 
@@ -245,8 +243,6 @@ async def run_server(
         sock: a listening socket to serve on instead of binding ``settings.host:port`` (a worker of
             ``serve --workers N`` gets the supervisor's, ucp_gateway.workers); closed on return.
         signals: the signals that set ``stop`` (a worker leaves SIGINT to its supervisor).
-        rate_limiter: the app's buyer rate limiter (a worker's counts in the supervisor's shared
-            block); None: the app makes its own (``create_app``).
     TLS: with ``settings.tls_cert`` the socket serves HTTPS, and with ``client_ca`` asks for client
     certificates (``access.mtls.server_ssl_context``).
     Raises: ConfigError (port in use, database problems, unusable TLS files) before anything is served.
@@ -261,7 +257,7 @@ async def run_server(
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
             pass
-    app = create_app(settings, rate_limiter=rate_limiter)
+    app = create_app(settings)
     # keepalive_timeout also bounds a connection whose request line and headers are still arriving
     # (aiohttp arms it when the connection opens): no client holds a socket for an hour that way
     runner = web.AppRunner(

@@ -27,11 +27,8 @@ the workers' pools reconnect by themselves.
 
 Every worker has its own pool (``Settings.db_pool_size`` connections) and profile and host caches.
 What must be shared lives in PostgreSQL: the replay cache, idempotency keys, daily caps, the audit
-chain, the webhook outbox (claimed with SKIP LOCKED) and the key scheduler (advisory lock); and the
-buyer rate limit in a shared memory block the supervisor creates before the first worker and unlinks
-when it exits (ucp_gateway.commerce.ratelimit): worker i counts in row i (a restarted worker i takes
-over its row, so a crash forgets no request) and reads every row. A killed supervisor leaves the
-unlinking to multiprocessing's resource tracker, which does it once the workers are gone.
+chain, the webhook outbox (claimed with SKIP LOCKED), the key scheduler (advisory lock) and the rate
+limits (ucp_gateway.access.ratelimit), which hold across workers and replicas alike.
 """
 
 from __future__ import annotations
@@ -83,12 +80,10 @@ class RestartBudget:
         return True
 
 
-def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: socket.socket, limits: str) -> None:
+def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: socket.socket) -> None:
     """Entry point of a worker process (spawned): serve until SIGTERM/SIGINT or until the supervisor
     is gone (an orphan would keep the port and the database busy); exit 1 on a configuration
-    error, printed like the CLI prints it. ``limits``: the name of the supervisor's rate limiter
-    block, in which this worker counts in row ``index``."""
-    from .commerce.ratelimit import RateLimiter
+    error, printed like the CLI prints it."""
     from .logs import configure_logging
     from .serve import demo_seed_hook, run, run_server
 
@@ -103,7 +98,7 @@ def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: s
             await seeder(app)
         ready.set()
 
-    async def main(limiter: RateLimiter) -> None:
+    async def main() -> None:
         stop = asyncio.Event()
 
         async def watch_supervisor() -> None:
@@ -120,26 +115,20 @@ def _worker_main(settings: Settings, index: int, ready: Any, seed: bool, sock: s
                 stop=stop,
                 sock=sock,
                 signals=(signal.SIGTERM,),
-                rate_limiter=limiter,
             )
         finally:
             watcher.cancel()
 
-    limiter = None
     try:
-        limiter = RateLimiter(settings.buyer_rate_limit, shared=limits, row=index)
-        run(settings, main(limiter))
+        run(settings, main())
     except GatewayError as exc:
         print(f"ucp-gateway: error: worker {index}: {exc.message}", file=sys.stderr)
         sys.exit(1)
-    finally:
-        if limiter is not None:
-            limiter.close()
 
 
 class _Workers:
-    def __init__(self, settings: Settings, sock: socket.socket, limits: str) -> None:
-        self.settings, self.sock, self.limits = settings, sock, limits
+    def __init__(self, settings: Settings, sock: socket.socket) -> None:
+        self.settings, self.sock = settings, sock
         self.ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited loop, pool or threads
         self.procs: dict[int, Any] = {}
         self.ready: dict[int, Any] = {}
@@ -149,7 +138,7 @@ class _Workers:
         proc = self.ctx.Process(
             # the socket travels as a duplicated descriptor (multiprocessing's socket reduction)
             target=_worker_main,
-            args=(self.settings, index, ready, seed, self.sock, self.limits),
+            args=(self.settings, index, ready, seed, self.sock),
             name=f"ucp-gateway-worker-{index}",
         )
         proc.start()
@@ -256,11 +245,10 @@ async def supervise(settings: Settings) -> int:
     Returns the exit code: 0 after a signal, 1 when a worker failed to start or kept crashing.
     Raises: ConfigError before any worker is started (port taken, database, too many connections).
     """
-    from .commerce.ratelimit import create_shared_block, release_shared_block
     from .serve import bind_socket
 
     sock = bind_socket(settings.host, settings.port)  # the one listening socket every worker accepts on
-    embedded = limits = metrics_runner = None
+    embedded = metrics_runner = None
     metrics_dir = _metrics_dir()  # before any worker starts: each writes its samples there
     stop = asyncio.Event()
 
@@ -274,7 +262,6 @@ async def supervise(settings: Settings) -> int:
     code = 0
     watch: asyncio.Task | None = None
     try:
-        limits = create_shared_block(settings.workers)  # the buyer rate limit's counters, a row per worker
         worker_settings, embedded = await _prepare(settings)
         if embedded is not None:  # restarted when it dies; the workers' pools reconnect
             from .db.embedded import supervise_embedded
@@ -285,7 +272,7 @@ async def supervise(settings: Settings) -> int:
             from .serve import start_metrics
 
             metrics_runner = await start_metrics(settings)
-        workers = _Workers(worker_settings, sock, limits.name)
+        workers = _Workers(worker_settings, sock)
         try:
             code = await _run(workers, settings.workers, settings.demo, stop)
         finally:
@@ -297,8 +284,6 @@ async def supervise(settings: Settings) -> int:
         if metrics_runner is not None:
             await metrics_runner.cleanup()
         _drop_metrics_dir(metrics_dir)
-        if limits is not None:
-            release_shared_block(limits)  # the workers are gone (stop_all): nobody counts in it now
         if watch is not None:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -40,7 +40,6 @@ from ..versions import to_wire
 from .catalog import PickupLocation
 from .checkout import ShopInfo
 from .discounts import AutomaticDiscount
-from .ratelimit import RateLimiter
 from .service import UCP_VERSION, CommerceContext
 
 __all__ = [
@@ -48,7 +47,6 @@ __all__ = [
     "PROFILE_CACHE",
     "Negotiation",
     "RateLimited",
-    "RateLimiter",
     "build_context",
     "caller_of",
     "caller_profile_url",
@@ -56,7 +54,6 @@ __all__ = [
     "negotiate",
     "negotiated_capabilities",
     "payment_handlers",
-    "request_limit_key",
     "require_access",
     "webhooks_for",
 ]
@@ -345,15 +342,6 @@ def caller_of(request: web.Request, neg: Negotiation | None = None) -> str:
 def caller_profile_url(caller: str) -> str:
     """The profile URL of a caller identity from :func:`caller_of` (verified or claimed)."""
     return caller.removeprefix(UNVERIFIED)
-
-
-def request_limit_key(request: web.Request, company_id: Any) -> tuple[Any, str]:
-    """The rate-limit bucket of the request's caller at one company, known before negotiation:
-    its own for a verified buyer agent (the principal's profile URL); ONE shared by every unsigned
-    caller, since a claimed profile URL costs nothing to mint (a bucket each would let one client
-    multiply its budget by naming new profiles). Taken before :func:`negotiate`, so a request
-    whose profile fetch or negotiation fails is counted too."""
-    return (company_id, _verified_profile(request) or UNVERIFIED)
 
 
 def webhooks_for(caller: str, dev_mode: bool) -> bool:

@@ -15,8 +15,8 @@ Routes (under :data:`REST_PREFIX`, the rest ``endpoint`` path the company profil
     POST /testing/simulate-shipping/{id}      (server root; only with a simulation secret)
 
 Per request: company (tenancy) -> negotiation (discovery: UCP-Agent, platform profile, capability
-intersection) -> caller (verified signature principal, else the negotiated profile URL) -> per-agent
-rate limit -> one tenant transaction (with the idempotency record for POST/PUT carrying a key).
+intersection) -> caller (verified signature principal, else the negotiated profile URL) -> buyer
+rate limit (:mod:`.budget`) -> one tenant transaction (with the idempotency record for POST/PUT carrying a key).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
 
 import asyncpg
 from aiohttp import web
 
 from .. import metrics
+from ..access.ratelimit import SharedLimiter
 from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
 from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
@@ -41,38 +41,27 @@ from ..verbs.decide import Call
 from ..verbs.policy import BUYER_ROLE, Principal
 from ..verbs.web import VERBS as VERBS_KEY
 from . import service, slo, staff
+from .budget import BUYER_LIMITER, spend_buyer_budget
 from .context import (
     PROFILE_CACHE,
-    RateLimited,
-    RateLimiter,
     build_context,
     caller_of,
     company_of,
     negotiate,
-    request_limit_key,
     require_access,
 )
 from .idempotency import JSON, Stored, check_key, fingerprint, run_idempotent, serialize
 from .service import CommerceContext
 from .verbs import CURRENT, VERB_OPS, envelope_body, envelope_error, wire_kind
 
-__all__ = ["COMMERCE_LIMITER", "REST_PREFIX", "ROUTES", "SIMULATE_PATH", "setup", "spend_buyer_budget"]
+__all__ = ["REST_PREFIX", "ROUTES", "SIMULATE_PATH", "setup", "spend_buyer_budget"]
 
 REST_PREFIX = "/ucp/v1"  # = discovery.builder.REST_PATH (the advertised rest endpoint path)
 SIMULATE_PATH = "/testing/simulate-shipping/{order_id}"
-COMMERCE_LIMITER = web.AppKey("ucpgw.commerce_limiter", RateLimiter)
 
 
-def spend_buyer_budget(request: web.Request, company_id: Any) -> None:
-    """Count one request of a buyer agent against ``buyer_rate_limit`` (its bucket:
-    :func:`.context.request_limit_key`), before any profile fetch or dispatch. Every door a buyer
-    reaches calls it: the REST binding, the MCP binding's tools and generic verb tools, and the
-    verb dispatch endpoint's buyers. No-op without the limiter (commerce not set up).
-    Raises: RateLimited (429 ``rate_limited``, ``retry_after`` in whole seconds)."""
-    limiter = request.app.get(COMMERCE_LIMITER)
-    wait = limiter.take(request_limit_key(request, company_id)) if limiter is not None else 0.0
-    if wait:
-        raise RateLimited("too many requests from this agent", details={"retry_after": max(1, round(wait))})
+def _checkout_id(request: web.Request, verb: str) -> str | None:
+    return request.match_info.get("id") if verb.startswith("checkout.") else None
 
 
 def _response(stored: Stored) -> web.Response:
@@ -84,10 +73,8 @@ def _response(stored: Stored) -> web.Response:
 
 def _error(exc: GatewayError) -> web.Response:
     resp = web.Response(status=exc.http_status, body=serialize(exc.to_body()), content_type=JSON)
-    if exc.http_status == 429 and "retry_after" in exc.details:
-        resp.headers["Retry-After"] = str(exc.details["retry_after"])
-    if exc.http_status == 503:
-        resp.headers["Retry-After"] = "1"
+    if exc.http_status in (429, 503):
+        resp.headers["Retry-After"] = str(exc.details.get("retry_after", 1))
     return resp
 
 
@@ -97,7 +84,8 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
     app = request.app
     try:
         company = await company_of(request)
-        spend_buyer_budget(request, company.id)  # before any profile fetch
+        # before any profile fetch; a request on a checkout session may be its continuation
+        await spend_buyer_budget(request, company, checkout_id=_checkout_id(request, verb))
         neg = await negotiate(request, company, operation)
         caller = caller_of(request, neg)
         ctx = build_context(request, company, caller, neg)
@@ -265,15 +253,14 @@ async def simulate_shipping(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    """Add the shopping routes, the per-agent rate limiter (unless the app already has one: a worker
-    of ``serve --workers`` counts in its supervisor's shared block) and (``settings.webhook_worker``)
-    the webhook delivery worker."""
+    """Add the shopping routes, the buyer rate limiter (:mod:`.budget`, shared through the database)
+    and (``settings.webhook_worker``) the webhook delivery worker."""
     from .pages import setup_pages
     from .webhooks import webhook_worker_ctx
 
     settings = app[SETTINGS]
-    if COMMERCE_LIMITER not in app:
-        app[COMMERCE_LIMITER] = RateLimiter(settings.buyer_rate_limit)
+    if BUYER_LIMITER not in app:
+        app[BUYER_LIMITER] = SharedLimiter()
     app[PROFILE_CACHE] = {}
     for method, path, verb, operation, name in ROUTES:
         app.router.add_route(method, REST_PREFIX + path, _route_handler(verb, operation))

@@ -250,7 +250,7 @@ class _Handlers:
             raise RpcError(INVALID_PARAMS, f"unknown tool: {name[:100]}")
         principal = self._caller(arguments)
         if self.rt.admit is not None:  # the buyer rate limit, as on every door (transports.web)
-            self.rt.admit(self.request, principal, self.company)
+            await self.rt.admit(self.request, principal, self.company)
         body = split_control(name, {k: v for k, v in arguments.items() if k != "meta"})
         call = _call_from(body)
 
@@ -302,8 +302,12 @@ def _origin_ok(request: web.Request) -> bool:
 def _rpc_response(outcome: jsonrpc.Outcome) -> web.Response:
     if outcome.body is None:
         return web.Response(status=202)
-    # a 503 (database outage) says when to come back, in the header as in error.data.retry_after
-    headers = {"Retry-After": "1"} if outcome.http_status == 503 else None
+    # a 429 or 503 says when to come back, in the header as in error.data.retry_after
+    headers = None
+    if outcome.http_status in (429, 503):
+        data = ((outcome.body or {}).get("error") or {}).get("data") if isinstance(outcome.body, dict) else None
+        retry = data.get("retry_after") if isinstance(data, dict) else None
+        headers = {"Retry-After": str(retry if isinstance(retry, int) and retry > 0 else 1)}
     return json_response(outcome.body, status=outcome.http_status, headers=headers)
 
 

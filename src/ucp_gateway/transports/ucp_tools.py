@@ -155,7 +155,9 @@ def _tool(name: str, verb: str, operation: str, op: Op, schema: dict[str, Any], 
 
     async def run(call: McpCall) -> Mapping[str, Any]:
         request, company, args = call.request, call.company, call.arguments
-        spend_buyer_budget(request, company.id)  # the REST binding's rule: before any profile fetch
+        # the REST binding's rule: before any profile fetch; a checkout tool's id may be a continuation
+        cid = args.get("id") if verb.startswith("checkout.") else None
+        await spend_buyer_budget(request, company, checkout_id=cid if isinstance(cid, str) else None)
         agent = await _agent(call)
         neg = await negotiate(request, company, operation, agent=agent)
         try:

@@ -23,14 +23,14 @@ from .ucp_tools import ucp_tools
 __all__ = ["setup"]
 
 
-def _admit_buyers(request: web.Request, principal, company) -> None:
+async def _admit_buyers(request: web.Request, principal, company) -> None:
     """``VerbsRuntime.admit``: a buyer principal (a signed buyer agent, an unsigned MCP caller, the
     stdio bridge's anonymous reader) spends the buyer rate limit as on the UCP bindings; staff and
     partner agents do not. Raises RateLimited (429)."""
     if principal.kind == "buyer":
         from ..commerce.web import spend_buyer_budget
 
-        spend_buyer_budget(request, company.id)
+        await spend_buyer_budget(request, company)
 
 
 def setup(app: web.Application) -> None:

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,10 +46,10 @@ class VerbsRuntime:
     registry: Registry
     authenticator: Authenticator = default_authenticator
     dispatcher: Dispatcher | None = None
-    #: ``admit(request, principal, company)``, called with every principal of a remote dispatch
+    #: ``await admit(request, principal, company)``, called with every principal of a remote dispatch
     #: (this endpoint and the MCP generic tools) before the call runs; raises a GatewayError to
     #: refuse it. The transports install the buyer rate limit here (``commerce.web.spend_buyer_budget``).
-    admit: Callable[[web.Request, Principal, Any], None] | None = None
+    admit: Callable[[web.Request, Principal, Any], Awaitable[None]] | None = None
     manifest_cache: dict[Any, tuple[bytes, str]] = field(default_factory=dict)
 
 
@@ -158,7 +158,7 @@ async def dispatch(request: web.Request) -> web.Response:
         return resp
     if app[VERBS].admit is not None:
         try:
-            app[VERBS].admit(request, principal, company)
+            await app[VERBS].admit(request, principal, company)
         except GatewayError as exc:
             resp = _envelope(exc.http_status, "?", exc.code, exc.message)
             if "retry_after" in exc.details:
