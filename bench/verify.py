@@ -16,8 +16,11 @@ Prints, in one run:
   cost     the same difference measured over HTTP (1/http_signed - 1/http_unsigned; includes
            client work in the same process, so noisier);
   proofs   per call of the API key and OAuth bearer proofs (access/proofs.py: one tenant-transaction
-           lookup on the real database each), wall and event-loop CPU, next to their in-process floor
-           (the secret's SHA-256 and a dict lookup);
+           lookup on the real database each), wall and event-loop CPU, each next to its own floor:
+           a dict lookup of the key's SHA-256 (API key); an HMAC-SHA256 and a JWT verify (what a
+           self-contained token costs at least; ours are opaque, looked up); and the private_key_jwt
+           client assertion's verify at the token endpoint against a raw ES256 verify. The RFC 9421
+           figure is the middleware cost above, against one ES256 verify;
   wba/mtls per call of Web Bot Auth (verification alone, and the whole proof) against a raw Ed25519
            verify, and of the forwarded-certificate mTLS proof against its parse + fingerprint
            (bench/verify_wba.py).
@@ -334,17 +337,46 @@ async def main(seconds: float) -> None:
         f"{ext_cost / raw_us:.2f}x the hot-loop raw)"
     )
     print(f"same over HTTP (incl. client, noisy): {cost_us:9.1f} us  ({cost_us / raw_us:.2f}x raw verify)")
-    for name, (wall_us, cpu_us, floor_us) in proofs.items():
-        print(f"{name:<35}: {wall_us:9.1f} us wall, {cpu_us:6.1f} us event-loop CPU per call "
-              f"(floor, SHA-256 + dict lookup: {floor_us:.2f} us; {cpu_us / floor_us:.0f}x)")  # fmt: skip
+    print(f"RFC 9421 signed request, per request : {mw_us:9.1f} us in the middleware (floor: one ES256 verify, "
+          f"{raw_same_phase_us:.1f} us)")  # fmt: skip
+    for name, (wall_us, cpu_us, floor_name, floor_us) in proofs.items():
+        print(f"{name:<37}: {wall_us:9.1f} us wall, {cpu_us:6.1f} us event-loop CPU per call "
+              f"(floor, {floor_name}: {floor_us:.2f} us; CPU {cpu_us / floor_us:.0f}x)")  # fmt: skip
     for name, (wall_us, cpu_us, floor_name, floor_us) in wba.items():
         print(f"{name:<35}: {wall_us:9.1f} us wall, {cpu_us:6.1f} us event-loop CPU per call "
               f"(floor, {floor_name}: {floor_us:.1f} us; {cpu_us / floor_us:.2f}x)")  # fmt: skip
 
 
-async def proof_costs(db, company, seconds: float) -> dict[str, tuple[float, float, float]]:
+def _per_call(fn, n: int = 20_000) -> float:
+    """Microseconds per call of ``fn`` (sync), CPU time of this thread."""
+    c0 = time.thread_time()
+    for _ in range(n):
+        fn()
+    return (time.thread_time() - c0) / n * 1e6
+
+
+async def _timed(fn, seconds: float) -> tuple[float, float]:
+    """(wall us, event-loop CPU us) per await of ``fn`` over ``seconds``."""
+    n, w0, c0 = 0, time.perf_counter(), time.thread_time()
+    while time.perf_counter() - w0 < seconds:
+        await fn()
+        n += 1
+    return (time.perf_counter() - w0) / n * 1e6, (time.thread_time() - c0) / n * 1e6
+
+
+async def proof_costs(db, company, seconds: float) -> dict[str, tuple[float, float, str, float]]:
     """Per-call cost of the API key and OAuth bearer proofs (access/proofs.py, one tenant-transaction
-    lookup each on the real database) and their in-process floor (the token's SHA-256 + a dict lookup)."""
+    lookup each on the real database) and of a private_key_jwt client assertion at the token
+    endpoint (access/client_jwt.py, joserfc), each next to its own floor: a dict lookup of the
+    key's SHA-256 (API key); an HMAC-SHA256 and a joserfc HS256 JWT verify, what a self-contained
+    token would cost at least (OAuth bearer); a raw cryptography ES256 verify (the assertion)."""
+    import hmac
+    import uuid
+    import warnings
+
+    from joserfc import jwk, jwt
+
+    from ucp_gateway.access import client_jwt
     from ucp_gateway.access.credentials import add_credential, secret_hash
     from ucp_gateway.access.proofs import api_key_proof, bearer_proof
     from ucp_gateway.appkeys import CLOCK, DATABASE
@@ -368,20 +400,46 @@ async def proof_costs(db, company, seconds: float) -> dict[str, tuple[float, flo
             self.headers, self.app = CIMultiDict(headers), {DATABASE: db, CLOCK: SystemClock()}
 
     table = {secret_hash(key): ("ak", PROFILE)}
-    out = {}
-    for name, proof, req in (("API key proof (X-API-Key)", api_key_proof, Req({"X-API-Key": key})),
-                             ("OAuth bearer proof (opaque token)", bearer_proof,
-                              Req({"Authorization": f"Bearer {token}"}))):  # fmt: skip
-        n, w0, c0 = 0, time.perf_counter(), time.thread_time()
-        while time.perf_counter() - w0 < seconds:
-            assert (await proof(req, company)) is not None
-            n += 1
-        wall, cpu = (time.perf_counter() - w0) / n * 1e6, (time.thread_time() - c0) / n * 1e6
-        m, f0 = 0, time.perf_counter()
-        while m < 100_000:
-            table.get(secret_hash(key))
-            m += 1
-        out[name] = (wall, cpu, (time.perf_counter() - f0) / m * 1e6)
+    mac_key = b"k" * 32
+    hs_key = jwk.OctKey.import_key(mac_key)
+    hs_token = jwt.encode({"alg": "HS256"}, {"sub": "oc_x", "exp": 2**31}, hs_key, algorithms=["HS256"])
+    out: dict[str, tuple[float, float, str, float]] = {}
+    api_req, bearer_req = Req({"X-API-Key": key}), Req({"Authorization": f"Bearer {token}"})
+
+    async def api() -> None:
+        assert (await api_key_proof(api_req, company)) is not None
+
+    async def bearer() -> None:
+        assert (await bearer_proof(bearer_req, company)) is not None
+
+    wall, cpu = await _timed(api, seconds)
+    out["API key proof (X-API-Key)"] = (
+        wall,
+        cpu,
+        "SHA-256 + dict lookup",
+        _per_call(lambda: table.get(secret_hash(key))),
+    )
+    wall, cpu = await _timed(bearer, seconds)
+    hmac_us = _per_call(lambda: hmac.compare_digest(hmac.new(mac_key, token.encode(), "sha256").digest(), b"0" * 32))
+    jwt_us = _per_call(lambda: jwt.decode(hs_token, hs_key, algorithms=["HS256"]), 5000)
+    out["OAuth bearer proof (opaque token)"] = (wall, cpu, "HMAC-SHA256", hmac_us)
+    out["  same, against a JWT verify"] = (wall, cpu, "joserfc HS256 JWT verify", jwt_us)
+    # private_key_jwt: the assertion's verify (pure), once per token request
+    ec_key = jwk.ECKey.generate_key("P-256")
+    jwks = client_jwt.check_jwks({**ec_key.as_dict(private=False), "kid": "b"})
+    aud, t = "https://shop.example", int(time.time())
+    signed = [jwt.encode({"alg": "ES256", "kid": "b"}, {"iss": "oc_b", "sub": "oc_b", "aud": aud, "exp": t + 60,
+                                                       "jti": uuid.uuid4().hex}, ec_key, algorithms=["ES256"])
+              for _ in range(64)]  # fmt: skip
+    i = itertools.count()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ver_us = _per_call(lambda: client_jwt.verify_assertion(signed[next(i) % 64], jwks, client_id="oc_b",
+                                                               audiences={aud}, now=t), 3000)  # fmt: skip
+    msg = b"x" * 200
+    sig = ec_key.private_key.sign(msg, ec.ECDSA(hashes.SHA256()))
+    raw_us = _per_call(lambda: ec_key.public_key.verify(sig, msg, ec.ECDSA(hashes.SHA256())), 3000)
+    out["private_key_jwt assertion verify"] = (ver_us, ver_us, "raw ES256 verify", raw_us)
     return out
 
 
