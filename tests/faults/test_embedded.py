@@ -14,6 +14,7 @@ import asyncpg
 import psutil
 
 from ucp_gateway.db.embedded import (
+    _shm_attached,
     embedded_alive,
     postmaster_running,
     prune_dead_handles,
@@ -127,6 +128,8 @@ def test_a_dead_postmaster_whose_pid_was_reused_is_restarted_and_the_stranger_le
         server, _ = await start_embedded(data_dir)
         old = server.get_pid()
         assert postmaster_running(old, pgdata) and not postmaster_running(stranger.pid, pgdata)
+        shmid = int((pgdata / "postmaster.pid").read_text().split("\n")[6].split()[-1])
+        assert _shm_attached(shmid) > 0  # the interlock a start checks before the pid file goes
         os.kill(old, signal.SIGKILL)
         _wait_gone(data_dir)  # the postmaster and its backends
         reuse_pid()

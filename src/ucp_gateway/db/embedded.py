@@ -139,18 +139,42 @@ def postmaster_running(pid: int | None, pgdata: Path) -> bool:
     return bool(cmdline) and Path(cmdline[0]).name == "postgres" and str(pgdata) in cmdline[1:]
 
 
+def _shm_attached(shmid: int) -> int | None:
+    """Processes attached to System V shared memory segment ``shmid`` (Linux ``/proc/sysvipc/shm``,
+    its ``nattch``); 0 when the segment is gone, None when that cannot be read."""
+    try:
+        lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines[1:]:
+        cols = line.split()
+        if len(cols) > 6 and cols[1] == str(shmid):
+            return int(cols[6])
+    return 0
+
+
 def _clear_stale_postmaster(pgdata: Path) -> None:
-    """Remove ``postmaster.pid`` when its pid is not this data directory's postmaster (call it under
-    pgserver's lock, before a start)."""
+    """Remove ``postmaster.pid`` when its pid runs but is not this data directory's postmaster (a
+    reused pid: PostgreSQL would refuse to start, pgserver would attach to the stranger), and only
+    once no process is attached to the dead server's shared memory any more (the backends it left
+    would otherwise write beside a new server: PostgreSQL's own check reads that segment's id from
+    this file). A pid that runs no process at all is left to PostgreSQL's own stale-file check.
+    Call it under pgserver's lock, before a start."""
     path = pgdata / "postmaster.pid"
     try:
-        first = path.read_text().split("\n", 1)[0].strip()
+        lines = path.read_text().split("\n")
     except OSError:
         return
-    pid = int(first) if first.isdigit() else None
-    if not postmaster_running(pid, pgdata):
-        path.unlink(missing_ok=True)
-        _log.info("embedded_postgres_stale_pid_file", pid=pid)
+    pid = int(lines[0]) if lines[0].strip().isdigit() else None
+    if pid is None or _started(pid) is None or postmaster_running(pid, pgdata):
+        return
+    shm = lines[6].split() if len(lines) > 6 else []
+    attached = _shm_attached(int(shm[-1])) if shm and shm[-1].isdigit() else 0
+    if attached is None or attached > 0:  # backends still attached, or unknown: not yet (the next attempt may)
+        _log.info("embedded_postgres_backends_remain", pid=pid, attached=attached)
+        return
+    path.unlink(missing_ok=True)
+    _log.info("embedded_postgres_stale_pid_file", pid=pid)
 
 
 def _start(data_dir: Path) -> Any:
