@@ -218,3 +218,25 @@ async def test_directory_on_a_special_use_address_is_never_fetched(shop, bots):
     for agent in ("https://10.0.0.1", "https://169.254.169.254", "http://example.com"):
         r = await _get(url, ed.sign("GET", url, agent, headers=_agent(shop.profile)))
         assert r.status_code == 401 and r.json()["code"] == "key_not_found", (agent, r.text)
+
+
+async def test_beside_an_api_key_the_web_bot_auth_signature_is_checked_too(shop, bots):
+    host, ed, _ = bots
+    await add_partner(shop.pool, shop.company.id, profile_url=shop.profile, role="buyer", http_hosts=HTTP)
+    _, key = await add_credential(shop.pool, shop.company.id, kind="api-key", profile_url=shop.profile,
+                                  now=NOW(dt.UTC))  # fmt: skip
+    url = _order_url(shop)
+    h = {**_agent(shop.profile), "X-API-Key": key}
+    # a verified bot (its directory is nobody's here) on a request the API key identifies: identified
+    r = await _get(url, ed.sign("GET", url, host.base, headers=h))
+    assert _order_read_ran(r) and r.headers["UCP-Access-Level"] == "identified", r.text
+    # a wrong Web Bot Auth signature beside the right API key: refused, not ignored
+    r = await _get(url, Bot("Ed25519").sign("GET", url, host.base, headers=h, kid=ed.kid))
+    assert r.status_code == 401 and r.json()["code"] == "signature_invalid", r.text
+    # a registered directory of another partner beside the API key: the proofs name two platforms
+    other = host.base + "/profile/a.json"
+    await add_partner(shop.pool, shop.company.id, profile_url=other, role="buyer", http_hosts=HTTP)
+    await add_credential(shop.pool, shop.company.id, kind="web-bot-auth", profile_url=other, now=NOW(dt.UTC),
+                         identity=host.base)  # fmt: skip
+    r = await _get(url, ed.sign("GET", url, host.base, headers={"X-API-Key": key}))
+    assert r.status_code == 401 and "different platforms" in r.json()["content"], r.text

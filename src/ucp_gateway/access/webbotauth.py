@@ -29,9 +29,10 @@ Who the verified signer is to the company (docs/access.md "Web Bot Auth"):
 - either only when the signature also covers what UCP requires of a platform signature (the
   coverage gate: ``@method @authority @path``, ``@query``, ``ucp-agent``, ``idempotency-key``,
   ``content-digest content-type`` as the request has them); otherwise, or for any other directory,
-  the signer is a **verified bot**: served as ``anonymous`` (proof ``web_bot_auth``, ``kid`` its
-  keyid) under signature policy ``optional``; under ``required`` refused (401) except on the open
-  doors, and counted under ``log``, as a request without a platform proof.
+  the signer is a **verified bot**: an unauthenticated principal (``anonymous``, proof
+  ``web_bot_auth``, ``kid`` its keyid), served under signature policy ``optional``; the signature
+  layer refuses it under ``required`` (401 ``signature_missing``) except on the open doors, and
+  counts it under ``log``, as a request without a platform proof.
 """
 
 from __future__ import annotations
@@ -43,17 +44,24 @@ from urllib.parse import urlsplit
 import http_sf
 from aiohttp import web
 
-from ..appkeys import CLOCK, DATABASE, REQ_RAW_BODY, SETTINGS, is_open_door
+from ..appkeys import CLOCK, DATABASE, REQ_RAW_BODY, SETTINGS
 from ..clock import SystemClock
 from ..db import tenant_tx
-from ..errors import GatewayError, Unauthorized
+from ..errors import GatewayError
 from ..httpsig.errors import AlgorithmUnsupported, KeyNotFound, SignatureInvalid
 from ..httpsig.jwkalg import algorithm_for_jwk, algorithm_instance
 from ..httpsig.policy import check_times, missing_components, required_components
 from ..httpsig.replay import ReplayStore
 from ..httpsig.rfc9421 import ParsedSignature, parse_signatures, verify_signature
 from ..httpsig.rfc9530 import check_content_digest
-from ..httpsig.web import BLOCK_CACHE, REPLAY_STORE, AgentPrincipal, effective_mode, policy_from_settings, request_view
+from ..httpsig.web import (
+    BLOCK_CACHE,
+    REPLAY_STORE,
+    REQ_SIGNATURE_PROOF,
+    AgentPrincipal,
+    policy_from_settings,
+    request_view,
+)
 from ..levels import ProofKind
 from .identities import origin_of
 from .proofs import bind_profile
@@ -64,12 +72,6 @@ __all__ = ["DIRECTORY_FETCHER", "WBA_TAG", "WebBotAuthSignature", "agent_directo
 WBA_TAG = "web-bot-auth"
 DIRECTORY_FETCHER = web.AppKey("ucpgw.access.wba_directories", DirectoryFetcher)
 _AUTHORITY = ('"@authority"', '"@target-uri"')
-
-
-class WebBotAuthUnbound(Unauthorized):
-    """A verified bot that is no platform of this company, where the policy needs one."""
-
-    code = "signature_missing"
 
 
 class WebBotAuthSignature:
@@ -238,6 +240,7 @@ async def web_bot_auth_proof(request: web.Request, company) -> AgentPrincipal | 
     else:
         assert first is not None
         raise first
+    request[REQ_SIGNATURE_PROOF] = True  # the signature layer verifies no RFC 9421 signature then
     gate = passes_ucp_gate(request, verified.components)
     registered = await _registered(app[DATABASE].pool, company.id, verified.origin)
     if registered is not None and gate:
@@ -246,11 +249,4 @@ async def web_bot_auth_proof(request: web.Request, company) -> AgentPrincipal | 
     claimed = _ucp_agent_profile(request)
     if registered is None and gate and claimed is not None and origin_of(claimed) == verified.origin:
         return AgentPrincipal(company.id, claimed, verified.keyid, "buyer", True, "agent", ProofKind.WEB_BOT_AUTH)
-    mode = effective_mode(company.signature_policy, app[SETTINGS].dev_mode)
-    if mode in ("required", "log") and not is_open_door(request.match_info.handler):
-        why = "its directory is not registered" if registered is None else "it does not cover what UCP requires"
-        raise WebBotAuthUnbound(
-            f"a verified Web Bot Auth bot, but no platform of this business ({why}): register its directory"
-            " (partners credentials add --kind web-bot-auth) or sign as a UCP platform"
-        )
     return AgentPrincipal(company.id, None, verified.keyid, "read_only", False, "agent", ProofKind.WEB_BOT_AUTH)

@@ -11,7 +11,10 @@ Installed by :func:`setup`. Request storage it fills (keys from :mod:`ucp_gatewa
 The other platform proofs (API keys, OAuth bearer tokens, mTLS, Web Bot Auth) plug in as
 ``app[PROOF_VERIFIERS]``: each ``async (request, company) -> AgentPrincipal | None`` returns None
 when its proof is absent, the principal when it checks out, and raises a 401 GatewayError when it is
-present but wrong (never a downgrade). A signed request must also bind to the same profile as any
+present but wrong (never a downgrade); all of them run, and their principals must name one platform.
+A verifier that verified the request's signatures itself sets ``request[REQ_SIGNATURE_PROOF]``; an
+unauthenticated principal (a verified bot that is no platform) counts as no platform proof for
+``required`` and ``log``. A signed request must also bind to the same profile as any
 other proof it carries. Every answer on a company's UCP routes echoes the caller's access level
 (``UCP-Access-Level``, :mod:`ucp_gateway.levels`).
 
@@ -70,6 +73,7 @@ __all__ = [
     "PROOF_VERIFIERS",
     "REPLAY_STORE",
     "REQ_SIGNATURE",
+    "REQ_SIGNATURE_PROOF",
     "REQ_SIGN_RESPONSE",
     "AgentPrincipal",
     "count_policy_refusal",
@@ -96,6 +100,13 @@ _DEFAULT_RESOLVER = web.AppKey("ucpgw.httpsig.default_resolver", ProfileKeyResol
 BLOCK_CACHE = web.AppKey("ucpgw.httpsig.block_cache", BlockCache)  # the company blocks (.blocks)
 #: ``async (request, company) -> AgentPrincipal | None`` each; see the module docstring
 PROOF_VERIFIERS = web.AppKey("ucpgw.proof_verifiers", list)
+#: True once a proof verifier verified the request's signatures itself (Web Bot Auth): the
+#: signature layer then verifies no RFC 9421 signature against the UCP-Agent profile
+REQ_SIGNATURE_PROOF = web.RequestKey("ucpgw.signature_proof", bool)
+_NO_PLATFORM = (
+    "the request's signature identifies a bot, not a platform of this business: register its key directory"
+    " (partners credentials add --kind web-bot-auth) or sign as a UCP platform"
+)
 #: ``async (request, company, reason_code) -> None``: what ``log`` policy served that ``required`` refuses
 POLICY_COUNTER = web.AppKey("ucpgw.policy_counter", object)
 
@@ -282,13 +293,22 @@ def _wants_signature(request: web.Request, company, settings: Settings) -> bool:
 
 
 async def _other_proof(app: web.Application, request: web.Request, company) -> AgentPrincipal | None:
-    """The principal of the first non-signature proof present (``app[PROOF_VERIFIERS]``), or None.
-    Raises the verifier's 401 for a proof that is present but wrong."""
+    """The principal of the non-signature proofs present (``app[PROOF_VERIFIERS]``), or None.
+
+    Every verifier runs (each returns at once when its proof is absent), so that every proof a
+    request carries is checked: a wrong one raises its 401 even beside a right one. An
+    ``authenticated`` principal wins over one that is not (a verified Web Bot Auth bot); two
+    authenticated ones must name the same platform (UCP overview "Identity Binding")."""
+    found: AgentPrincipal | None = None
     for verify in app.get(PROOF_VERIFIERS, ()):
         principal = await verify(request, company)
-        if principal is not None:
-            return principal
-    return None
+        if principal is None:
+            continue
+        if found is None or (principal.authenticated and not found.authenticated):
+            found = principal
+        elif principal.authenticated and principal.profile_url != found.profile_url:
+            raise SignatureInvalid("the request's proofs name different platforms")
+    return found
 
 
 async def _verify_signature(
@@ -373,9 +393,12 @@ async def signature_middleware(
     if mode != "off":
         try:
             other = await _other_proof(app, request, company)
-            # a Web Bot Auth proof verified the request's signature against its key directory
-            ucp_signed = signed and (other is None or other.proof != ProofKind.WEB_BOT_AUTH)
-            if ucp_signed or (other is None and mode == "required" and not is_open_door(request.match_info.handler)):
+            # a proof that verified the request's signatures itself (Web Bot Auth) leaves none here
+            ucp_signed = signed and not request.get(REQ_SIGNATURE_PROOF, False)
+            platform = other is not None and other.authenticated
+            if ucp_signed or (not platform and mode == "required" and not is_open_door(request.match_info.handler)):
+                if not ucp_signed and other is not None:  # a verified bot that is no platform here
+                    raise SignatureMissing(_NO_PLATFORM)
                 sig = await _verify_signature(app, request, settings, clock, body, company.id)
                 if other is not None and other.profile_url != sig.profile_url:
                     # UCP overview "Identity Binding": every proof must name the same platform
@@ -384,8 +407,8 @@ async def signature_middleware(
                 principal = _principal(company.id, sig.profile_url, sig.kid, "buyer", True, "agent", _SIGNED)
             else:
                 principal = other
-                if other is None and mode == "log" and not is_open_door(request.match_info.handler):
-                    raise SignatureMissing("request is not signed")
+                if not platform and mode == "log" and not is_open_door(request.match_info.handler):
+                    raise SignatureMissing("request is not signed" if other is None else _NO_PLATFORM)
         except GatewayError as exc:
             metrics.SIGNATURES.labels(_SIGNED if signed else "other", exc.code).inc()
             log.info("signature rejected", extra={"code": exc.code, "company": company.slug})
