@@ -6,6 +6,8 @@ nothing; a client that declared no elicitation (or an older revision) gets the e
 
 from __future__ import annotations
 
+import contextlib
+import re
 import uuid
 
 import httpx2
@@ -31,6 +33,24 @@ PAY = {"payment": {"instruments": [{"id": "instr_1", "handler_id": "mock_payment
                                     "credential": {"type": "token", "token": "success_token"}}]}}  # fmt: skip
 
 
+def _settings(db_settings, **extra):
+    return db_settings.model_copy(update={"webhook_worker": False, "dev_profile_hosts": ["127.0.0.1"],
+                                          "public_scheme": "http", **extra})  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def _serving(settings, database):
+    """One replica of the gateway on a real socket: yields its port."""
+    runner = web.AppRunner(create_app(settings, database=database))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield site._server.sockets[0].getsockname()[1]
+    finally:
+        await runner.cleanup()
+
+
 @pytest.fixture
 async def shop(database, db_settings):
     key = ec.generate_private_key(ec.SECP256R1())
@@ -38,18 +58,11 @@ async def shop(database, db_settings):
     agent = AgentKey("agent-key-1", key, f"{platform.base}/profile/a.json")
     platform.signing_keys = [agent.public_jwk()]
     company = (await seed_demo(database, db_settings)).company
-    s = db_settings.model_copy(update={"webhook_worker": False, "dev_profile_hosts": ["127.0.0.1"],
-                                       "public_scheme": "http", "buyer_max_order_amount": LIMIT})  # fmt: skip
-    runner = web.AppRunner(create_app(s, database=database))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    await ensure_active_key(database.pool, company.id, now=SystemClock().now())
-    port = site._server.sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}", agent, company
+        async with _serving(_settings(db_settings, buyer_max_order_amount=LIMIT), database) as port:
+            await ensure_active_key(database.pool, company.id, now=SystemClock().now())
+            yield f"http://127.0.0.1:{port}", agent, company
     finally:
-        await runner.cleanup()
         await platform.runner.cleanup()
 
 
@@ -272,3 +285,97 @@ def test_a_human_only_pending_is_never_asked():
     typed = {**env, "pending": {"confirm": "typed_phrase", "required_phrase": "P", "nonce": "n"}}
     ask = verb_ask(typed, "v", "k")
     assert ask is not None and ask.state["nonce"] == "n" and ask.schema["required"] == ["typed_phrase"]
+
+
+@pytest.fixture
+async def open_shop(database, db_settings):
+    """The demo shop with signatures optional: an unsigned agent is anonymous (may not place orders)."""
+    platform = await Platform().start()
+    company = (await seed_demo(database, db_settings)).company
+    async with tenant_tx(database.pool, company.id) as conn:
+        await conn.execute("UPDATE companies SET signature_policy = 'optional' WHERE id = $1", company.id)
+    try:
+        async with _serving(_settings(db_settings), database) as port:
+            yield f"http://127.0.0.1:{port}", platform, company
+    finally:
+        await platform.runner.cleanup()
+
+
+class PayingPerson(Person):
+    """Answers a url elicitation as a person would: opens the page, pays there with a demo card, accepts."""
+
+    async def __call__(self, context, params):
+        self.asked.append(params)
+        assert params.mode == "url"
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            page = await browser.get(params.url)
+            tokens = re.findall(r'name="confirmation_token" value="([^"]+)"', page.text)
+            csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+            form = {"confirmation_token": tokens[-1], "csrf_token": csrf, "card_number": "4242424242061234",
+                    "card_expiry": "12/39", "agree": "yes"}  # fmt: skip
+            # the CSRF cookie is Secure: browsers send it to http://127.0.0.1, httpx does not by itself
+            browser.cookies.set("ucpgw_csrf", page.cookies["ucpgw_csrf"])
+            r = await browser.post(params.url + "/pay", data=form, follow_redirects=True)
+            assert r.status_code == 200 and "your order is placed" in r.text, r.text  # after the 303
+        return types.ElicitResult(action="accept")
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_an_anonymous_agent_hands_the_buyer_the_page_in_url_mode(open_shop, database, mode):
+    """buyer_handoff_required is asked in url mode only (the agent's own yes proves nothing): the
+    person pays on the continue_url page, and the call answers the checkout completed with its order."""
+    base, platform, company = open_shop
+    meta = {"ucp-agent": {"profile": platform.base + "/profile/a.json"}}
+    person = PayingPerson()
+    async with httpx2.AsyncClient(timeout=30) as http, _client(base, None, http, person, mode) as c:
+        create = {"line_items": [{"item": {"id": "pot_ceramic"}, "quantity": 1}], "fulfillment": {"methods": [{
+            "type": "shipping", "destinations": [{"id": "home", "street_address": "1 Elm St",
+            "address_locality": "Springfield", "postal_code": "62704", "address_country": "US"}],
+            "selected_destination_id": "home"}]}}  # fmt: skip
+        co = (await c.call_tool("create_checkout", {"meta": meta, "checkout": create})).structured_content
+        group = co["fulfillment"]["methods"][0]["groups"][0]
+        create["fulfillment"]["methods"][0]["groups"] = [{"id": group["id"],
+                                                          "selected_option_id": group["options"][0]["id"]}]  # fmt: skip
+        co = (
+            await c.call_tool("update_checkout", {"meta": meta, "id": co["id"], "checkout": create})
+        ).structured_content
+        done = await c.call_tool("complete_checkout", {"meta": {**meta, "idempotency-key": str(uuid.uuid4())},
+                                                       "id": co["id"], "checkout": PAY})  # fmt: skip
+    body = done.structured_content
+    assert len(person.asked) == 1 and person.asked[0].url == co["continue_url"]
+    assert body["status"] == "completed" and body["order"]["id"].startswith("ord_"), body
+    assert await _orders(database, company, co["id"]) == 1
+
+
+class AnswersToOtherReplica(httpx2.Auth):
+    """Sends the client's JSON-RPC responses (its answers to our questions) to another replica."""
+
+    requires_request_body = True
+
+    def __init__(self, inner: httpx2.Auth, port: int):
+        self.inner, self.port, self.rerouted = inner, port, 0
+
+    def auth_flow(self, request):
+        if request.method == "POST" and b'"method"' not in request.content and b'"result"' in request.content:
+            request.url = request.url.copy_with(port=self.port)
+            request.headers["Host"] = f"127.0.0.1:{self.port}"
+            self.rerouted += 1
+        yield from self.inner.auth_flow(request)
+
+
+async def test_the_answer_reaches_the_waiting_call_through_another_replica(shop, database, db_settings):
+    """Two replicas on one database: the call's SSE stream is on one, the client's answer lands on
+    the other; the waiting call still resumes (the question is a row, not memory) and completes once."""
+    base, agent, company = shop
+    async with _serving(_settings(db_settings, buyer_max_order_amount=LIMIT), database) as other:
+        route = AnswersToOtherReplica(SigningAuth(agent), other)
+        person = Person(content={"agree": True})
+        async with (
+            httpx2.AsyncClient(auth=route, timeout=30) as http,
+            _client(base, agent, http, person, "legacy") as c,
+        ):
+            co = await _ready(c, agent)
+            done = await c.call_tool("complete_checkout", {"meta": _meta(agent, str(uuid.uuid4())), "id": co["id"],
+                                                           "checkout": PAY})  # fmt: skip
+    assert route.rerouted == 1 and done.structured_content["status"] == "completed"
+    assert await _orders(database, company, co["id"]) == 1
