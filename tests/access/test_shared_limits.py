@@ -262,3 +262,30 @@ async def test_two_gateway_processes_on_one_database_share_every_limit(tmp_path,
 
 def test_window_is_a_minute():
     assert WINDOW == 60.0
+
+
+def test_a_company_rate_limit_table_is_checked_where_it_is_written_and_read():
+    from types import SimpleNamespace
+
+    from ucp_gateway.commerce.budget import bucket_of, limits_for
+    from ucp_gateway.company_settings import check_settings
+    from ucp_gateway.config import Settings
+    from ucp_gateway.errors import BadRequest
+
+    check_settings({"access": {"rate_limits": {"anonymous": 60, "identified": 600, "linked": None}}})
+    for bad in ({"anonymous": 0}, {"identified": -1}, {"identified": True}, {"identified": 1.5}, {"gold": 5},
+                {"identified": 10**7 + 1}, []):  # fmt: skip
+        with pytest.raises(BadRequest, match="rate_limits"):
+            check_settings({"access": {"rate_limits": bad}})
+    s = Settings(buyer_rate_limit=100)
+    co = SimpleNamespace(id=uuid.uuid4(), slug="x", settings={"access": {"rate_limits": {"anonymous": 7}}})
+    assert limits_for(co, s) == {"anonymous": 7, "identified": 100, "linked": 100}
+    assert limits_for(SimpleNamespace(id=uuid.uuid4(), slug="y", settings={}), s)["anonymous"] == 100
+    # an unreadable table (an operator's SQL) reads as the platform's limits
+    co = SimpleNamespace(id=uuid.uuid4(), slug="z", settings={"access": {"rate_limits": {"anonymous": "lots"}}})
+    assert limits_for(co, s) == {"anonymous": 100, "identified": 100, "linked": 100}
+    # buckets: a verified principal its own, everyone else the shared anonymous one
+    verified = SimpleNamespace(profile_url="https://p.example/a.json", authenticated=True, level="identified")
+    claimed = SimpleNamespace(profile_url="https://p.example/a.json", authenticated=False, level="anonymous")
+    assert bucket_of(verified) == ("p:https://p.example/a.json", "identified", "https://p.example/a.json")
+    assert bucket_of(claimed)[0] == bucket_of(None)[0] == "anonymous"

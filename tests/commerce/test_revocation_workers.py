@@ -45,6 +45,10 @@ async def two_workers(db_settings, tmp_path):
     conns: list[_Conn] = []
     try:
         await asyncio.to_thread(_wait_for, log, proc, lambda e: e.get("event") == "listening" and e.get("workers"))
+        # the supervisor may say so before the last worker accepts (a busy machine): wait for each
+        for w in (0, 1):
+            await asyncio.to_thread(_wait_for, log, proc, lambda e, w=w: e.get("event") == "listening"
+                                    and e.get("worker") == w)  # fmt: skip
         on: dict[int, _Conn] = {}
         for n in range(80):  # a connection on each worker (a 404 names its worker in the log)
             conn = await _Conn(port).open()
