@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
 
 from .errors import BadRequest, ConfigError
 from .jsonbody import TOO_DEEP
 from .logs import get_logger
-
-if TYPE_CHECKING:
-    from .tenancy import Company
 
 __all__ = [
     "KNOWN",
@@ -288,7 +286,21 @@ def _walk(settings: dict[str, Any], path: str, parse: Callable[[Any, str], T]) -
     return parse(node, path)
 
 
-def setting(company: Company, path: str, parse: Callable[[Any, str], T], *, default: T, on_bad: T | Any = REFUSE) -> T:
+class SettingsOwner(Protocol):
+    """What :func:`setting` reads of a company (``tenancy.Company`` is one): its settings object, and
+    its id and slug for the error it logs. A protocol, so this module stays below tenancy."""
+
+    @property
+    def id(self) -> UUID: ...
+    @property
+    def slug(self) -> str: ...
+    @property
+    def settings(self) -> dict[str, Any] | None: ...
+
+
+def setting(
+    company: SettingsOwner, path: str, parse: Callable[[Any, str], T], *, default: T, on_bad: T | Any = REFUSE
+) -> T:
     """The value at dotted ``path`` of ``company.settings``, checked by ``parse``.
 
     Args:
