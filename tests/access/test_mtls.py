@@ -209,3 +209,22 @@ async def test_cli_registers_lists_and_revokes_certificates_and_directories(db_s
     assert code == 0 and json.loads(out)["revoked_at"]
     code, out, _ = await _cli(db_settings, *base, "list", "--company", company.slug, "--kind", "mtls-cert", "--json")
     assert [c["id"] for c in json.loads(out)["credentials"]] == [cert["id"]]
+
+
+def test_unusable_tls_files_are_a_config_error_before_serving(tmp_path, pki):
+    from ucp_gateway.access.mtls import server_ssl_context
+    from ucp_gateway.config import Settings
+    from ucp_gateway.errors import ConfigError
+
+    ca, certs, _ = pki
+    server = certs["server"]
+    bad = tmp_path / "not-a-cert.pem"
+    bad.write_text("nothing here")
+    pair = {"tls_cert": server.cert_path, "tls_key": server.key_path}
+    for kw in ({"tls_cert": bad}, {**pair, "client_ca": bad}, {"client_ca": ca.path}, {**pair, "client_crl": bad}):
+        with pytest.raises(ConfigError):
+            server_ssl_context(Settings(**kw))
+    with pytest.raises(ConfigError):
+        ClientTrust(Settings(client_ca=bad))
+    ctx = server_ssl_context(Settings(**pair, client_ca=ca.path))
+    assert ctx.verify_mode == ssl.CERT_OPTIONAL and ctx.minimum_version == ssl.TLSVersion.TLSv1_2

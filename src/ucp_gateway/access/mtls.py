@@ -101,10 +101,13 @@ class ClientTrust:
     def __init__(self, settings: Settings):
         self.cas: list[x509.Certificate] = []
         self.crl: x509.CertificateRevocationList | None = None
-        if settings.client_ca is not None:
-            self.cas = x509.load_pem_x509_certificates(Path(settings.client_ca).read_bytes())
-        if settings.client_crl is not None:
-            self.crl = x509.load_pem_x509_crl(Path(settings.client_crl).read_bytes())
+        try:
+            if settings.client_ca is not None:
+                self.cas = x509.load_pem_x509_certificates(Path(settings.client_ca).read_bytes())
+            if settings.client_crl is not None:
+                self.crl = x509.load_pem_x509_crl(Path(settings.client_crl).read_bytes())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"client CA or CRL cannot be read: {exc}") from None
 
     def check(self, cert: x509.Certificate, now: dt.datetime) -> None:
         """Issued by a client CA (signature checked), within its validity, not on the CRL.
@@ -162,6 +165,8 @@ def certificate_of(request: web.Request, settings: Settings, trust: ClientTrust 
         if trust is not None:
             trust.check(cert, (request.app.get(CLOCK) or SystemClock()).now())
         return cert
+    if settings.client_ca is None:  # the listener asks for no client certificate: none was verified
+        return None
     transport = request.transport
     ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
     der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
