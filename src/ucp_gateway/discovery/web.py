@@ -32,7 +32,7 @@ from multidict import istr
 
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, SETTINGS
 from ..config import Settings
-from ..db import platform_scan_tx, tenant_tx
+from ..db import platform_scan_tx
 from ..errors import ConfigError
 from ..httpsig.web import KEY_RESOLVER
 from ..keys import published_jwks
@@ -99,14 +99,20 @@ def _origin(settings: Settings, host: str) -> str:
     return public_origin(settings.public_scheme, host, settings.public_port)
 
 
-# the parts of a company's profile in one statement (one transaction, in the company's context):
-# the version they are at (migration 0092), its enabled sub-agents and its published keys
-# (ucp_gateway.keys.published_jwks: pending, active, rotating; active first)
+# the parts of a company's profile in ONE statement (one round trip, no BEGIN/COMMIT): the version
+# they are at (migration 0092), its enabled sub-agents and its published keys
+# (ucp_gateway.keys.published_jwks: pending, active, rotating; active first). The tenant context is
+# set by set_config(..., true) in the outer row, which lives as long as the statement's implicit
+# transaction; the LATERAL subquery (kept apart by OFFSET 0) is read after it, so RLS sees the
+# context; the explicit company_id predicates keep another tenant's rows out whatever it held (the
+# pattern of keys.repository's active-key read)
 _PARTS = (
-    "SELECT (SELECT version FROM profile_versions WHERE company_id = $1) AS version,"
-    " ARRAY(SELECT name FROM subagents WHERE enabled ORDER BY name) AS subagents,"
+    "SELECT p.version, p.subagents, p.keys FROM (SELECT set_config('app.company_id', $1, true) AS cid) AS ctx"
+    " CROSS JOIN LATERAL (SELECT"
+    " (SELECT version FROM profile_versions WHERE company_id = ctx.cid::uuid) AS version,"
+    " ARRAY(SELECT name FROM subagents WHERE enabled AND company_id = ctx.cid::uuid ORDER BY name) AS subagents,"
     " (SELECT coalesce(json_agg(public_jwk ORDER BY (state = 'active') DESC, created_at DESC), '[]')"
-    " FROM company_keys WHERE state = ANY($2::text[])) AS keys"
+    " FROM company_keys WHERE state = ANY($2::text[]) AND company_id = ctx.cid::uuid) AS keys OFFSET 0) AS p"
 )
 _PUBLISHED = [s.value for s in PUBLISHED]
 
@@ -122,8 +128,7 @@ async def _profile_document(
     pool = app[DATABASE].pool
     keys_provider = app[KEYS_PROVIDER]
     if keys_provider is published_jwks:
-        async with tenant_tx(pool, company.id) as conn:
-            row = await conn.fetchrow(_PARTS, company.id, _PUBLISHED)
+        row = await pool.fetchrow(_PARTS, str(company.id), _PUBLISHED)
         enabled, keys, version = list(row["subagents"]), row["keys"], row["version"]
     else:
         version = None
