@@ -34,6 +34,7 @@ from ..tenancy import Company
 from . import approvals
 from .decide import Call
 from .policy import CLASS_FLOOR, Principal, RiskClass, role_at_least
+from .runtime import VERBS
 
 __all__ = ["setup_pages"]
 
@@ -48,8 +49,6 @@ def _person(company: Company, session: StaffSession) -> Principal:
 
 
 def _dispatcher(request: web.Request):
-    from .web import VERBS
-
     d = request.app[VERBS].dispatcher
     assert d is not None, "verbs runtime not started"
     return d

@@ -13,8 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
@@ -25,35 +24,17 @@ from ..errors import GatewayError
 from ..jsonbody import InvalidJson, loads_strict
 from ..mediatype import UnsupportedMediaType, json_response, require_json_body
 from ..tenancy import SUBAGENTS, resolve_host
-from .auth import Authenticator, default_authenticator
 from .decide import Call
 from .dispatcher import Dispatcher
 from .manifest import etag, listed, manifest_bytes, published
 from .policy import SURFACES, Principal
 from .providers import build_registry
 from .registry import Registry
+from .runtime import VERBS, VerbsRuntime
 from .schemas import SHAPES
 from .store import KEY_MAX_LENGTH, valid_key
 
 __all__ = ["VERBS", "VerbsRuntime", "request_principal", "setup"]
-
-
-@dataclass
-class VerbsRuntime:
-    """The app's verb runtime: registry (built at setup; register more before startup),
-    authenticator (pluggable) and dispatcher (created at startup, when the database is open)."""
-
-    registry: Registry
-    authenticator: Authenticator = default_authenticator
-    dispatcher: Dispatcher | None = None
-    #: ``await admit(request, principal, company)``, called with every principal of a remote dispatch
-    #: (this endpoint and the MCP generic tools) before the call runs; raises a GatewayError to
-    #: refuse it. The transports install the buyer rate limit here (``commerce.web.spend_buyer_budget``).
-    admit: Callable[[web.Request, Principal, Any], Awaitable[None]] | None = None
-    manifest_cache: dict[Any, tuple[bytes, str]] = field(default_factory=dict)
-
-
-VERBS = web.AppKey("verbs", VerbsRuntime)
 
 
 def _envelope(status: int, verb: str, reason: str, message: str) -> web.Response:
