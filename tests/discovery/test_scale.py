@@ -389,3 +389,21 @@ async def test_the_host_caches_revalidation_renews_that_hosts_profile_without_a_
     entry = app[_RENDERED]._entries["acme.example"]
     app[_RENDERED].vouch("acme.example", c.id, await _version(database.pool, c.id), time.monotonic() + 60)
     assert entry.expires < time.monotonic() + 30
+
+
+async def test_an_entrys_prepared_headers_are_no_work_for_the_garbage_collector():
+    """Ten thousand entries each holding two header maps made every full collection traverse them
+    (a stall of every request in flight): the prepared headers are plain tuples it does not track."""
+    import gc
+
+    from aiohttp.test_utils import make_mocked_request
+
+    from ucp_gateway.discovery.profile_cache import Entry
+
+    entry = Entry(time.monotonic() + 60, b"{}", '"e"')
+    response = entry.response(make_mocked_request("GET", "/.well-known/ucp", headers={"Host": "a"}), 300)
+    assert response.status == 200 and response.headers["ETag"] == '"e"'
+    assert list(response.headers) == ["Cache-Control", "ETag", "Content-Type"]
+    gc.collect()
+    gc.collect()  # a tuple is untracked once its items are: the inner pairs on the first pass
+    assert not gc.is_tracked(entry.headers) and not gc.is_tracked(entry.not_modified)
