@@ -30,7 +30,7 @@ from multidict import CIMultiDict
 from ucp_gateway.access.credentials import add_credential
 from ucp_gateway.access.identities import certificate_identities
 from ucp_gateway.access.mtls import CLIENT_TRUST, ClientTrust, mtls_proof
-from ucp_gateway.access.wba_directory import DIRECTORY_PATH, DirectoryFetcher, _Entry, directory_keys
+from ucp_gateway.access.wba_directory import DIRECTORY_PATH, DirectoryFetcher, directory_keys
 from ucp_gateway.access.webbotauth import DIRECTORY_FETCHER, verify_web_bot_auth, web_bot_auth_proof
 from ucp_gateway.appkeys import CLOCK, DATABASE, REQ_RAW_BODY, SETTINGS
 from ucp_gateway.clock import SystemClock
@@ -106,7 +106,7 @@ async def wba_costs(db, company, settings, profile: str, seconds: float) -> dict
     bot = _Bot(profile)
     fetcher = DirectoryFetcher(settings)
     # the warm cache a bot's first request leaves behind
-    fetcher._cache[AGENT + DIRECTORY_PATH] = _Entry(directory_keys({"keys": [bot.jwk]}), time.time() + 86400)
+    fetcher.seed(AGENT + DIRECTORY_PATH, directory_keys({"keys": [bot.jwk]}), 86400)
     now = SystemClock().now()
     await add_credential(db.pool, company.id, kind="web-bot-auth", profile_url=profile, now=now, identity=AGENT)
     app = web.Application()

@@ -204,8 +204,10 @@ async def test_failures_are_remembered_in_bounded_memory(platform_server, clock)
         for i in range(10):
             with pytest.raises(ProfileUnreachable):
                 await f.get_profile(platform_server.url(f"/p{i}"))
-        assert list(f._failures) == [platform_server.url(f"/p{i}") for i in range(6, 10)]  # the newest four
-        assert not any(isinstance(getattr(x, n), BaseException) for x in f._failures.values() for n in x.__slots__)
+        assert list(f._flights.failures) == [platform_server.url(f"/p{i}") for i in range(6, 10)]  # the newest four
+        assert not any(
+            isinstance(getattr(x, n), BaseException) for x in f._flights.failures.values() for n in x.__slots__
+        )
         # a remembered failure still backs off, with the same error class and message
         fetches = f.fetch_count
         with pytest.raises(ProfileUnreachable, match="retrying later"):

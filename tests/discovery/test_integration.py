@@ -121,7 +121,7 @@ async def test_allowlist_refuses_before_signature_check_and_partner_role_is_set(
     assert resp.status == 200 and await resp.json() == {"role": "read_only", "partner": False}
     await set_policy(database.pool, company.id, trust_mode="allowlist")
     fetches = platform_server.count()
-    app[PROFILE_FETCHER]._cache.clear()  # an uncached profile: refusal must come before any fetch
+    app[PROFILE_FETCHER]._flights.entries.clear()  # an uncached profile: refusal must come before any fetch
     resp = await call()
     assert resp.status == 403 and (await resp.json())["code"] == "profile_not_trusted"
     assert platform_server.count() == fetches

@@ -9,7 +9,9 @@ the request, :func:`~ucp_gateway.discovery.ssrf.guarded_session` at connect time
 (plain http for the dev allowlist in development), no redirects, connect/read timeouts, a body cap,
 a TTL between the floor and the cap honouring ``Cache-Control: max-age``, single flight per URL, a
 forced refresh on an unknown keyid at most once per TTL floor per URL, a stale copy served up to
-``profile_stale_if_error`` past expiry when a refresh fails, and a backoff after a failure.
+``profile_stale_if_error`` past expiry when a refresh fails, and a backoff after a failure
+(``profile_fetch_backoff_base``); the cache, single flight, backoff and stale copy are
+:class:`ucp_gateway.flightcache.FlightCache`.
 
 Keys are indexed by their RFC 7638 thumbprint, recomputed here (a ``kid`` member is ignored):
 Ed25519 (OKP, RFC 8037) and P-256 only; a key of another type, or not on its curve, is skipped.
@@ -22,9 +24,7 @@ address, an unresolvable host, a wrong media type, not a JWK Set).
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -34,6 +34,7 @@ from ..config import Settings
 from ..discovery.caching import cache_ttl
 from ..discovery.ssrf import BlockedAddress, HostResolver, RefusedUrl, check_target, dev_allowlist, guarded_session
 from ..errors import ServiceUnavailable, Unauthorized
+from ..flightcache import FlightCache, put_lru
 from ..httpsig.jwkalg import public_key_from_jwk
 from ..jsonbody import InvalidJson, loads_strict
 from ..keys.rfc7638 import thumbprint
@@ -83,12 +84,6 @@ def directory_keys(doc: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-@dataclass(slots=True)
-class _Entry:
-    keys: dict[str, dict[str, Any]]
-    expires_at: float  # UTC seconds
-
-
 class DirectoryFetcher:
     """Fetches and caches key directories (see the module docstring). ``await close()`` when done."""
 
@@ -97,34 +92,43 @@ class DirectoryFetcher:
         self._clock = clock or SystemClock()
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
-        self._cache: OrderedDict[str, _Entry] = OrderedDict()
-        self._retry_at: OrderedDict[str, tuple[float, Exception]] = OrderedDict()
+        self._flights: FlightCache[dict[str, dict[str, Any]]] = FlightCache(
+            self._exchange,
+            now=self._now,
+            size=settings.profile_cache_size,
+            stale_if_error=settings.profile_stale_if_error,
+            backoff=lambda _n: settings.profile_fetch_backoff_base,
+            stale_on=(DirectoryUnavailable,),  # a directory that answers "no keys" is not served stale
+        )
         self._forced: OrderedDict[str, float] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future[_Entry]] = {}
         self.fetch_count = 0  # network fetches started (tests, bench)
 
     async def key(self, url: str, keyid: str) -> dict[str, Any] | None:
         """The public JWK whose thumbprint is ``keyid`` in the directory at ``url``, or None.
         An unknown keyid refetches the directory at most once per TTL floor. Raises the errors of
         the module docstring when no usable copy exists."""
-        entry = await self._entry(url)
-        jwk = entry.keys.get(keyid)
+        keys = await self._flights.get(url)
+        jwk = keys.get(keyid)
         if jwk is not None:
             return jwk
         now = self._now()
         last = self._forced.get(url)
         if last is not None and now - last < self._s.profile_cache_ttl_floor:
             return None
-        self._put(self._forced, url, now)
+        put_lru(self._forced, url, now, self._s.profile_cache_size)
         try:
-            entry = await self._single_flight(url)
+            keys = await self._flights.refresh(url)
         except (DirectoryUnavailable, DirectoryInvalid):
             return None
-        return entry.keys.get(keyid)
+        return keys.get(keyid)
+
+    def seed(self, url: str, keys: dict[str, dict[str, Any]], ttl: float) -> None:
+        """Cache ``keys`` (of :func:`directory_keys`) for ``url`` for ``ttl`` seconds: the warm
+        cache a signer's first request leaves behind (bench)."""
+        self._flights.put(url, keys, ttl)
 
     def purge(self, url: str) -> None:
-        self._cache.pop(url, None)
-        self._retry_at.pop(url, None)
+        self._flights.purge(url)
         self._forced.pop(url, None)
 
     async def close(self) -> None:
@@ -135,53 +139,8 @@ class DirectoryFetcher:
     def _now(self) -> float:
         return self._clock.now().timestamp()
 
-    def _put(self, d: OrderedDict, key: str, value: Any) -> None:
-        d[key] = value
-        d.move_to_end(key)
-        while len(d) > self._s.profile_cache_size:
-            d.popitem(last=False)
-
-    async def _entry(self, url: str) -> _Entry:
-        now = self._now()
-        entry = self._cache.get(url)
-        if entry is not None and now < entry.expires_at:
-            return entry
-        try:
-            failed = self._retry_at.get(url)
-            if failed is not None and now < failed[0]:
-                raise type(failed[1])(f"{failed[1]} (retrying later)")
-            return await self._single_flight(url)
-        except DirectoryUnavailable:
-            if entry is not None and now < entry.expires_at + self._s.profile_stale_if_error:
-                return entry
-            raise
-
-    async def _single_flight(self, url: str) -> _Entry:
-        fut = self._inflight.get(url)
-        if fut is None:
-            fut = asyncio.ensure_future(self._fetch(url))
-            self._inflight[url] = fut
-            fut.add_done_callback(lambda f, u=url: self._done(u, f))
-        return await asyncio.shield(fut)
-
-    def _done(self, url: str, fut: asyncio.Future[_Entry]) -> None:
-        if self._inflight.get(url) is fut:
-            del self._inflight[url]
-        if not fut.cancelled():
-            fut.exception()  # retrieved even when every waiter went away
-
-    async def _fetch(self, url: str) -> _Entry:
-        try:
-            keys, ttl = await self._exchange(url)
-        except (DirectoryUnavailable, DirectoryInvalid) as exc:
-            self._put(self._retry_at, url, (self._now() + self._s.profile_fetch_backoff_base, exc))
-            raise
-        self._retry_at.pop(url, None)
-        entry = _Entry(keys, self._now() + ttl)
-        self._put(self._cache, url, entry)
-        return entry
-
-    async def _exchange(self, url: str) -> tuple[dict[str, dict[str, Any]], float]:
+    async def _exchange(self, url: str, _previous: Any = None) -> tuple[dict[str, dict[str, Any]], float]:
+        """One guarded GET of the directory at ``url``: (its keys, their TTL in seconds)."""
         s = self._s
         dev_hosts = dev_allowlist(s)
         try:

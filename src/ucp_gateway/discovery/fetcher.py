@@ -13,6 +13,7 @@ Rules implemented (settings in brackets):
 - forced refresh on an unknown kid at most once per TTL floor per origin;
 - a failed refresh never evicts a good cached copy; it is served up to [profile_stale_if_error]
   seconds past expiry.
+The cache, single flight, backoff and stale copy are :class:`ucp_gateway.flightcache.FlightCache`.
 
 It implements the signature middleware's key-resolver protocol (:meth:`ProfileFetcher.resolve`).
 :meth:`ProfileFetcher.fetch_document` fetches a JSON document under the same rules without the
@@ -21,10 +22,8 @@ schema, the cache or the backoff (the order-webhook worker reads profiles the uc
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,6 +32,7 @@ import aiohttp
 from ..clock import Clock, SystemClock
 from ..config import Settings
 from ..errors import GatewayError
+from ..flightcache import FlightCache, put_lru
 from ..jsonbody import InvalidJson, loads_strict
 from .agent_header import validate_profile_url
 from .caching import cache_ttl
@@ -43,28 +43,6 @@ from .ssrf import BlockedAddress, HostResolver, RefusedUrl, check_target, dev_al
 __all__ = ["USER_AGENT", "ProfileFetcher"]
 
 USER_AGENT = "ucp-gateway/0.1 (+profile-fetcher)"
-
-
-@dataclass(slots=True)
-class _Entry:
-    profile: PlatformProfile
-    expires_at: float  # UTC seconds
-
-
-@dataclass(slots=True)
-class _Failure:
-    count: int
-    retry_at: float
-    error_type: type[GatewayError]  # the class and message only: an exception would keep its traceback
-    message: str
-
-
-def _put_lru(entries: OrderedDict[str, Any], key: str, value: Any, size: int) -> None:
-    """Store ``value`` as the newest of ``entries``, dropping the oldest beyond ``size``."""
-    entries[key] = value
-    entries.move_to_end(key)
-    while len(entries) > size:
-        entries.popitem(last=False)
 
 
 def _origin(url: str) -> str:
@@ -88,11 +66,18 @@ class ProfileFetcher:
         self._dev_hosts = dev_allowlist(settings)
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
-        self._cache: OrderedDict[str, _Entry] = OrderedDict()
-        # bounded like the cache: every URL a caller names can fail once (forgetting one only shortens its backoff)
-        self._failures: OrderedDict[str, _Failure] = OrderedDict()
+        # failures are bounded like the cache: every URL a caller names can fail once (forgetting one
+        # only shortens its backoff)
+        self._flights: FlightCache[PlatformProfile] = FlightCache(
+            self._fetch,
+            now=self._now,
+            size=settings.profile_cache_size,
+            stale_if_error=settings.profile_stale_if_error,
+            backoff=lambda n: min(
+                settings.profile_fetch_backoff_max, settings.profile_fetch_backoff_base * 2 ** (n - 1)
+            ),
+        )
         self._forced: OrderedDict[str, float] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future[PlatformProfile]] = {}
         self.fetch_count = 0  # network fetches started (for tests and the bench)
 
     # -- key-resolver protocol --------------------------------------------------------------
@@ -111,9 +96,9 @@ class ProfileFetcher:
         last = self._forced.get(origin)
         if last is not None and now - last < self._s.profile_cache_ttl_floor:
             return key
-        _put_lru(self._forced, origin, now, self._s.profile_cache_size)
+        put_lru(self._forced, origin, now, self._s.profile_cache_size)
         try:
-            fresh = await self._single_flight(profile_url)
+            fresh = await self._flights.refresh(profile_url)
         except GatewayError:
             return key
         return fresh.key(kid)
@@ -124,20 +109,7 @@ class ProfileFetcher:
         Raises: InvalidProfileUrl (400), ProfileUnreachable (424), ProfileMalformed (422).
         """
         validate_profile_url(url, http_hosts=self._dev_hosts)
-        now = self._now()
-        entry = self._cache.get(url)
-        if entry is not None and now < entry.expires_at:
-            self._cache.move_to_end(url)
-            return entry.profile
-        failure = self._failures.get(url)
-        try:
-            if failure is not None and now < failure.retry_at:
-                raise failure.error_type(f"{failure.message} (retrying later)")
-            return await self._single_flight(url)
-        except GatewayError:
-            if entry is not None and now < entry.expires_at + self._s.profile_stale_if_error:
-                return entry.profile
-            raise
+        return await self._flights.get(url)
 
     async def fetch_document(self, url: str) -> Any:
         """The JSON document at ``url``, fetched now under the fetcher's rules (URL policy, SSRF
@@ -158,14 +130,12 @@ class ProfileFetcher:
     def purge(self, url: str) -> None:
         """Forget the cached copy of ``url`` and any backoff after a failure: the next lookup fetches
         it again (an operator's purge, httpsig.blocks). Its origin may be refreshed again at once."""
-        self._cache.pop(url, None)
-        self._failures.pop(url, None)
+        self._flights.purge(url)
         self._forced.pop(_origin(url), None)
 
     def cached(self, url: str) -> PlatformProfile | None:
         """The cached copy (fresh or stale) without any I/O."""
-        entry = self._cache.get(url)
-        return entry.profile if entry else None
+        return self._flights.cached(url)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -180,34 +150,6 @@ class ProfileFetcher:
         if self._session is None or self._session.closed:
             self._session = guarded_session(dev_hosts=self._dev_hosts, resolver=self._resolver, limit=100)
         return self._session
-
-    async def _single_flight(self, url: str) -> PlatformProfile:
-        fut = self._inflight.get(url)
-        if fut is None:
-            fut = asyncio.ensure_future(self._fetch_and_store(url))
-            self._inflight[url] = fut
-            fut.add_done_callback(lambda f, u=url: self._done(u, f))
-        return await asyncio.shield(fut)
-
-    def _done(self, url: str, fut: asyncio.Future[PlatformProfile]) -> None:
-        if self._inflight.get(url) is fut:
-            del self._inflight[url]
-        if not fut.cancelled():
-            fut.exception()  # mark retrieved even when every waiter went away
-
-    async def _fetch_and_store(self, url: str) -> PlatformProfile:
-        previous = self._cache.get(url)
-        try:
-            profile, ttl = await self._fetch(url, previous.profile if previous else None)
-        except GatewayError as exc:
-            count = self._failures[url].count + 1 if url in self._failures else 1
-            delay = min(self._s.profile_fetch_backoff_max, self._s.profile_fetch_backoff_base * 2 ** (count - 1))
-            failure = _Failure(count, self._now() + delay, type(exc), exc.message)
-            _put_lru(self._failures, url, failure, self._s.profile_cache_size)
-            raise
-        self._failures.pop(url, None)
-        _put_lru(self._cache, url, _Entry(profile, self._now() + ttl), self._s.profile_cache_size)
-        return profile
 
     async def _fetch(self, url: str, previous: PlatformProfile | None) -> tuple[PlatformProfile, float]:
         s = self._s
