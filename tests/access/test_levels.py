@@ -121,3 +121,8 @@ async def test_log_policy_serves_and_counts_then_strict_refuses_without_restart(
         # an unknown policy is a 400
         r = await http.put(shop.base + "/admin/v1/access/policy", headers=admin, json={"signature_policy": "lax"})
         assert r.status_code == 400
+        # a body that is not a JSON object is a 400 too; one not sent as JSON a 415
+        r = await http.put(shop.base + "/admin/v1/access/policy", headers=admin, json=["log"])
+        assert r.status_code == 400 and r.json()["code"] == "invalid_request", r.text
+        r = await http.put(shop.base + "/admin/v1/access/policy", headers=admin, content=b"log")
+        assert r.status_code == 415 and r.json()["code"] == "unsupported_media_type", r.text

@@ -26,12 +26,11 @@ from ..company_settings import access_levels, setting
 from ..db import tenant_tx
 from ..errors import BadRequest
 from ..httpsig.web import POLICY_COUNTER, PROOF_VERIFIERS, effective_mode
-from ..jsonbody import InvalidJson, loads_strict
 from ..keys.admin_tokens import StaffPrincipal
 from ..keys.web import admin_route
 from ..levels import DEFAULT_LEVELS, STRICT_LEVELS
 from ..logs import get_logger
-from ..mediatype import require_json_body
+from ..mediatype import read_json_object
 from ..tenancy import SIGNATURE_POLICIES, get_company
 from . import oauth
 from .counts import count_refusal, refusal_counts
@@ -72,13 +71,8 @@ async def access_get(request: web.Request, p: StaffPrincipal) -> Any:
 
 @admin_route("admin")
 async def policy_put(request: web.Request, p: StaffPrincipal) -> Any:
-    raw = await request.read()
-    require_json_body(request, raw)
-    try:
-        data = loads_strict(raw or b"{}")
-    except InvalidJson as exc:
-        raise BadRequest(f"body must be JSON: {exc}") from None
-    policy = data.get("signature_policy") if isinstance(data, dict) else None
+    data = await read_json_object(request, example='{"signature_policy": "required"}')
+    policy = data.get("signature_policy")
     policy = "required" if policy == "strict" else policy
     if policy not in SIGNATURE_POLICIES:
         raise BadRequest(f"signature_policy must be one of strict, {', '.join(SIGNATURE_POLICIES)}")
@@ -101,17 +95,13 @@ async def credentials_post(request: web.Request, p: StaffPrincipal) -> Any:
     the answer once (an oauth-client given ``jwks``, a public JWK Set or ``jwk``, uses private_key_jwt
     and has none); a ``web-bot-auth`` (``identity``: the directory origin) or ``mtls-cert``
     (``identity``: ``sha256:<fingerprint>`` or ``subject:<RFC 4514 name>``) has no secret either."""
-    raw = await request.read()
-    require_json_body(request, raw)
-    try:
-        data = loads_strict(raw or b"{}")
-    except InvalidJson as exc:
-        raise BadRequest(f"body must be JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("profile_url"), str):
-        raise BadRequest(
-            'body must be {"kind": "api-key"|"oauth-client"|"web-bot-auth"|"mtls-cert", "profile_url": "...",'
-            ' "label"?: "...", "identity"?: "..."}'
-        )
+    shape = (
+        '{"kind": "api-key"|"oauth-client"|"web-bot-auth"|"mtls-cert", "profile_url": "...",'
+        ' "label"?: "...", "identity"?: "..."}'
+    )
+    data = await read_json_object(request, example=shape)
+    if not isinstance(data.get("profile_url"), str):
+        raise BadRequest(f"body must be {shape}")
     label, jwks, identity = data.get("label"), data.get("jwks", data.get("jwk")), data.get("identity")
     if jwks is not None and not isinstance(jwks, dict):
         raise BadRequest("jwks must be a JWK Set (or jwk a JWK) object")
