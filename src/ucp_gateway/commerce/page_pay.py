@@ -47,7 +47,7 @@ from .context import build_context
 from .payments import DEMO_HANDLER_ID, demo_tokenize
 from .service import HANDOFF_CODE
 from .status import TERMINAL
-from .web import run_verb, verb_dispatcher
+from .verbs import run_verb, verb_dispatcher
 
 __all__ = ["pay_form", "pay_ready", "pay_refusal"]
 

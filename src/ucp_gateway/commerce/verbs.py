@@ -27,18 +27,22 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
+from aiohttp import web
 
+from ..appkeys import SETTINGS
 from ..errors import GatewayError
 from ..jsonbody import dumps_compact
 from ..verbs.context import VerbContext
+from ..verbs.decide import Call
 from ..verbs.errors import RETRY_HINT, VerbError
-from ..verbs.policy import Consent, PrincipalLimit, RiskClass, VerbPolicy
+from ..verbs.policy import BUYER_ROLE, Consent, Principal, PrincipalLimit, RiskClass, VerbPolicy
 from ..verbs.registry import Registry
+from ..verbs.runtime import VERBS
 from . import carts, catalog_service, service
 from .service import CommerceContext, Outcome
 from .validation import parse_json
 
-__all__ = ["CURRENT", "VERB_OPS", "provide", "result_of", "wire_kind"]
+__all__ = ["CURRENT", "VERB_OPS", "provide", "result_of", "run_verb", "verb_dispatcher", "wire_kind"]
 
 #: The request's CommerceContext, set by the REST handler around the dispatch (same task).
 CURRENT: contextvars.ContextVar[CommerceContext] = contextvars.ContextVar("ucpgw_commerce_ctx")
@@ -239,3 +243,31 @@ def envelope_error(env: dict[str, Any]) -> tuple[int, bytes]:
     if err.get("reason") == "execution_failed" and err.get("hint") != RETRY_HINT:
         status, code = 500, "internal_error"
     return status, json.dumps({"code": code, "content": err.get("message", "")}, separators=(",", ":")).encode()
+
+
+def verb_dispatcher(app: web.Application):  # -> verbs.dispatcher.Dispatcher | None
+    """The verb runtime's dispatcher when UCP operations run through it (every binding: REST here,
+    the MCP tools in transports.ucp_tools), else None (``commerce_via_verbs=false``, development only)."""
+    runtime = app.get(VERBS)
+    if app[SETTINGS].commerce_via_verbs and runtime is not None and runtime.dispatcher is not None:
+        return runtime.dispatcher
+    return None
+
+
+async def run_verb(
+    dispatcher, company, caller: str, ctx: CommerceContext, verb: str, args: dict, key: str | None
+) -> tuple[int, bytes, bool]:
+    """Dispatch the UCP operation ``verb`` (commerce.verbs.VERB_OPS) for the buyer agent ``caller``:
+    audited, idempotent under ``key`` (its digest covers ``args``: method, path, body text, raw hash),
+    capped per buyer. Returns ``(HTTP status, body bytes, replayed)``; a refusal or failure is the
+    UCP protocol error (commerce.verbs.envelope_error)."""
+    principal = Principal("buyer", company.id, BUYER_ROLE, caller, "ucp")
+    token = CURRENT.set(ctx)
+    try:
+        call = Call(verb, args, idempotency_key=key, binding="ucp")  # the binding's own call (VerbPolicy.binding)
+        env = await dispatcher.dispatch(principal, call, company=company)
+    finally:
+        CURRENT.reset(token)
+    ok = envelope_body(env)
+    status, body = ok if ok is not None else envelope_error(env)
+    return status, body, bool(env.get("replayed"))

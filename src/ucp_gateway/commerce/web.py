@@ -37,8 +37,6 @@ from ..errors import BadRequest, Forbidden, GatewayError
 from ..httpsig.web import decoded_body, mark_for_signing
 from ..jsonbody import NOT_UTF8, dumps_compact
 from ..mediatype import DECODED_CODINGS, require_json_body
-from ..verbs.decide import Call
-from ..verbs.policy import BUYER_ROLE, Principal
 from ..verbs.web import VERBS as VERBS_KEY
 from . import service, slo, staff
 from .budget import BUYER_LIMITER, spend_buyer_budget
@@ -51,8 +49,7 @@ from .context import (
     require_access,
 )
 from .idempotency import JSON, Stored, check_key, fingerprint, run_idempotent, serialize
-from .service import CommerceContext
-from .verbs import CURRENT, VERB_OPS, envelope_body, envelope_error, wire_kind
+from .verbs import VERB_OPS, run_verb, verb_dispatcher, wire_kind
 
 __all__ = ["REST_PREFIX", "ROUTES", "SIMULATE_PATH", "setup", "spend_buyer_budget"]
 
@@ -131,34 +128,6 @@ async def _dispatch(request: web.Request, verb: str, *, operation: str, require_
         return await _direct(request, company, caller, ctx, verb, args, key, raw)
     except GatewayError as exc:
         return _error(exc)
-
-
-def verb_dispatcher(app: web.Application):  # -> verbs.dispatcher.Dispatcher | None
-    """The verb runtime's dispatcher when UCP operations run through it (every binding: REST here,
-    the MCP tools in transports.ucp_tools), else None (``commerce_via_verbs=false``, development only)."""
-    runtime = app.get(VERBS_KEY)
-    if app[SETTINGS].commerce_via_verbs and runtime is not None and runtime.dispatcher is not None:
-        return runtime.dispatcher
-    return None
-
-
-async def run_verb(
-    dispatcher, company, caller: str, ctx: CommerceContext, verb: str, args: dict, key: str | None
-) -> tuple[int, bytes, bool]:
-    """Dispatch the UCP operation ``verb`` (commerce.verbs.VERB_OPS) for the buyer agent ``caller``:
-    audited, idempotent under ``key`` (its digest covers ``args``: method, path, body text, raw hash),
-    capped per buyer. Returns ``(HTTP status, body bytes, replayed)``; a refusal or failure is the
-    UCP protocol error (commerce.verbs.envelope_error)."""
-    principal = Principal("buyer", company.id, BUYER_ROLE, caller, "ucp")
-    token = CURRENT.set(ctx)
-    try:
-        call = Call(verb, args, idempotency_key=key, binding="ucp")  # the binding's own call (VerbPolicy.binding)
-        env = await dispatcher.dispatch(principal, call, company=company)
-    finally:
-        CURRENT.reset(token)
-    ok = envelope_body(env)
-    status, body = ok if ok is not None else envelope_error(env)
-    return status, body, bool(env.get("replayed"))
 
 
 async def _direct(request, company, caller, ctx, verb, args, key, raw) -> web.Response:

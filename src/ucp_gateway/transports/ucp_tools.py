@@ -24,9 +24,10 @@ import asyncpg
 
 from ..appkeys import DATABASE, SETTINGS
 from ..commerce import carts, catalog_service, service
+from ..commerce.budget import spend_buyer_budget
 from ..commerce.context import UNVERIFIED, build_context, caller_of, negotiate, require_access
 from ..commerce.idempotency import JSON, KEY_MAX_LENGTH, Stored, check_key, fingerprint, run_idempotent, serialize
-from ..commerce.web import run_verb, spend_buyer_budget, verb_dispatcher
+from ..commerce.verbs import run_verb, verb_dispatcher
 from ..db import tenant_tx
 from ..errors import BadRequest, GatewayError
 from ..jsonbody import dumps_compact

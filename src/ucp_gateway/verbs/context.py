@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 
@@ -17,10 +17,18 @@ from ..tenancy import Company
 from .policy import Principal
 
 if TYPE_CHECKING:
-    from .dispatcher import Dispatcher
-    from .registry import Verb
+    from .registry import Registry, Verb
 
-__all__ = ["RevertContext", "VerbContext"]
+__all__ = ["RevertContext", "VerbContext", "VerbRunner"]
+
+
+class VerbRunner(Protocol):
+    """What a handler may ask of the dispatcher running it (``verbs.dispatcher.Dispatcher`` is one;
+    a protocol here, so that this module, which the dispatcher imports, does not import it back)."""
+
+    registry: Registry
+
+    async def run_child(self, parent: VerbContext, name: str, raw_args: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -39,7 +47,7 @@ class VerbContext:
     company: Company
     now: datetime
     verb: Verb
-    dispatcher: Dispatcher
+    dispatcher: VerbRunner
     rollback_handle: str | None = None
     revert_data: dict[str, Any] | None = None
     entity: dict[str, Any] | None = None
@@ -145,4 +153,4 @@ class RevertContext:
     now: datetime
     entry: Mapping[str, Any]
     audit_id: int
-    dispatcher: Dispatcher
+    dispatcher: VerbRunner
