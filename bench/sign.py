@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from ucp_gateway.appkeys import REQ_RAW_BODY
 from ucp_gateway.config import Settings
 from ucp_gateway.db.database import open_database
+from ucp_gateway.httpsig.messages import sign_response
 from ucp_gateway.httpsig.rfc9421 import RequestView, ResponseView
 from ucp_gateway.httpsig.signing import response_components, sign_response_view
-from ucp_gateway.httpsig.web import sign_response
 from ucp_gateway.keys import KekRing, Vault, active_signing_key, attach_vault, ensure_active_key
 from ucp_gateway.logs import configure_logging
 from ucp_gateway.tenancy import create_company

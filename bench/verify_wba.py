@@ -36,8 +36,9 @@ from ucp_gateway.appkeys import CLOCK, DATABASE, REQ_RAW_BODY, SETTINGS
 from ucp_gateway.clock import SystemClock
 from ucp_gateway.httpsig import PgReplayStore
 from ucp_gateway.httpsig.blocks import BlockCache
+from ucp_gateway.httpsig.messages import request_view
 from ucp_gateway.httpsig.rfc9421 import parse_signatures, signature_base
-from ucp_gateway.httpsig.web import BLOCK_CACHE, REPLAY_STORE, request_view
+from ucp_gateway.httpsig.web import BLOCK_CACHE, REPLAY_STORE
 from ucp_gateway.keys.rfc7638 import thumbprint
 
 __all__ = ["wba_costs"]

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 JSON_MEDIA_TYPE = "application/json"
-#: The content codings the UCP REST routes decode (``httpsig.web.decoded_body``), besides ``identity``.
+#: The content codings the UCP REST routes decode (``httpsig.messages.decoded_body``), besides ``identity``.
 DECODED_CODINGS = ("gzip", "x-gzip", "deflate")
 
 

@@ -41,7 +41,7 @@ async def echo(request: web.Request) -> web.Response:
             "kid": sig.kid if sig else None,
             "raw_len": len(request[REQ_RAW_BODY]),
             "raw_hex": request[REQ_RAW_BODY][:8].hex(),
-            "decoded_len": len(httpsig.web.decoded_body(request)),
+            "decoded_len": len(httpsig.decoded_body(request)),
         }
     )
 

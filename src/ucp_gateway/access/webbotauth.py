@@ -50,6 +50,7 @@ from ..db import tenant_tx
 from ..errors import GatewayError
 from ..httpsig.errors import AlgorithmUnsupported, KeyNotFound, SignatureInvalid
 from ..httpsig.jwkalg import algorithm_for_jwk, algorithm_instance
+from ..httpsig.messages import request_view
 from ..httpsig.policy import check_times, missing_components, required_components
 from ..httpsig.replay import ReplayStore
 from ..httpsig.rfc9421 import ParsedSignature, parse_signatures, verify_signature
@@ -60,7 +61,6 @@ from ..httpsig.web import (
     REQ_SIGNATURE_PROOF,
     AgentPrincipal,
     policy_from_settings,
-    request_view,
 )
 from ..levels import ProofKind
 from .identities import origin_of

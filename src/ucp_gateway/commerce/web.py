@@ -34,7 +34,8 @@ from ..access.ratelimit import SharedLimiter
 from ..appkeys import DATABASE, REQ_RAW_BODY, SETTINGS
 from ..db import tenant_tx
 from ..errors import BadRequest, Forbidden, GatewayError
-from ..httpsig.web import decoded_body, mark_for_signing
+from ..httpsig.messages import decoded_body
+from ..httpsig.web import mark_for_signing
 from ..jsonbody import NOT_UTF8, dumps_compact
 from ..mediatype import DECODED_CODINGS, require_json_body
 from ..verbs.web import VERBS as VERBS_KEY

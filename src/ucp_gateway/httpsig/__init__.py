@@ -30,6 +30,7 @@ from .errors import (
     SignatureInvalid,
     SignatureMissing,
 )
+from .messages import decoded_body, sign_response
 from .policy import SignaturePolicy
 from .replay import MemoryReplayStore, PgReplayStore, ReplayStore
 from .resolver import KeyResolver, ProfileKeyResolver, StaticKeyResolver
@@ -43,10 +44,8 @@ from .web import (
     REQ_SIGN_RESPONSE,
     REQ_SIGNATURE,
     AgentPrincipal,
-    decoded_body,
     mark_for_signing,
     setup,
-    sign_response,
 )
 
 __all__ = [

@@ -32,10 +32,7 @@ URL components come from the configured scheme + the Host (allow-listed: it reso
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
-import re
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -43,7 +40,6 @@ from uuid import UUID
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
 
 from .. import metrics
 from ..appkeys import CLOCK, DATABASE, REQ_COMPANY, REQ_PRINCIPAL, REQ_RAW_BODY, SETTINGS, is_human_page, is_open_door
@@ -53,16 +49,15 @@ from ..config import Settings
 from ..db import COMMIT_PROBE, CommitProbe
 from ..errors import BadRequest, GatewayError
 from ..levels import ACCESS_LEVEL_HEADER, AccessLevel, ProofKind
-from ..mediatype import DECODED_CODINGS, json_response
+from ..mediatype import json_response
 from ..tenancy import resolve_host
 from .blocks import BlockCache
 from .errors import KeyNotFound, SignatureInvalid, SignatureMissing
 from .fused import verify_fused
+from .messages import canonical_path, request_view, sign_response
 from .policy import SignaturePolicy
 from .replay import PgReplayStore, ReplayStore
 from .resolver import KeyResolver, ProfileKeyResolver
-from .rfc9421 import RequestView, ResponseView
-from .signing import sign_response_view
 from .signkey import SigningKeys
 from .verify import frozen_constructor, verify_request
 
@@ -77,13 +72,10 @@ __all__ = [
     "REQ_SIGN_RESPONSE",
     "AgentPrincipal",
     "count_policy_refusal",
-    "decoded_body",
     "effective_mode",
     "mark_for_signing",
     "policy_from_settings",
-    "request_view",
     "setup",
-    "sign_response",
     "signature_middleware",
 ]
 
@@ -174,61 +166,6 @@ def _policy(
     )
 
 
-def request_view(request: web.BaseRequest, body: bytes, scheme: str) -> RequestView:
-    """The RFC 9421 view of an aiohttp request: raw header lines, raw path, raw body.
-
-    Header lines are the wire's, in wire order, each value the latin-1 reading of its raw bytes.
-    aiohttp's own ``request.headers`` holds the same lines read as UTF-8, so when every value is
-    ASCII (both readings agree) it is used as is; otherwise the lines are rebuilt from
-    ``raw_headers``.
-    """
-    headers = request.headers
-    if not "".join(headers.values()).isascii():
-        headers = CIMultiDict([(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers])
-    host = headers.get("Host") or request.host
-    return RequestView(request.method, f"{scheme}://{host}{request.raw_path}", headers, body, request.raw_path)  # type: ignore[arg-type]
-
-
-_DOT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
-
-
-def _canonical_path(raw_path: str) -> bool:
-    """False for dot segments, plain or encoded (``/a/../b``, ``/a/%2e%2e/b``): the signed path and
-    the routed path could differ, so such requests are refused rather than normalised (pitfall 6)."""
-    path = raw_path.split("?", 1)[0]
-    # a dot segment needs "." or "%2e": most paths have neither, so the regex is skipped
-    return ("." not in path and "%2" not in path) or _DOT.search(path) is None
-
-
-def decoded_body(request: web.Request, *, limit: int = 10 * 1024 * 1024) -> bytes:
-    """``request[REQ_RAW_BODY]`` with its Content-Encoding (gzip, deflate, identity) undone.
-
-    Request decompression is off app-wide so digests cover the bytes as sent (RFC 9530 §2);
-    handlers that parse the body call this after verification. Raises BadRequest for an unknown
-    encoding, a corrupt or truncated stream or bytes after its end, or more than ``limit`` decoded
-    bytes (decompression bombs).
-    """
-    raw = request[REQ_RAW_BODY]
-    enc = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if enc in ("", "identity"):
-        return raw
-    if enc not in DECODED_CODINGS:
-        raise BadRequest(f"unsupported Content-Encoding {enc!r}")
-    wbits = 16 + zlib.MAX_WBITS if enc != "deflate" else zlib.MAX_WBITS
-    d = zlib.decompressobj(wbits)
-    try:
-        out = d.decompress(raw, limit + 1)
-    except zlib.error:
-        raise BadRequest("corrupt compressed body") from None
-    if len(out) > limit or d.unconsumed_tail:
-        raise BadRequest("decompressed body too large")
-    # the whole body is one complete stream: a truncated one, or bytes after its end (a second gzip
-    # member), would leave part of what was signed unread
-    if not d.eof or d.unused_data:
-        raise BadRequest("corrupt compressed body")
-    return out
-
-
 def mark_for_signing(request: web.Request) -> None:
     """Ask the middleware to sign this request's response (e.g. complete_checkout). Call it before
     the request's tenant transaction, so that its COMMIT can confirm the cached signing key."""
@@ -240,45 +177,6 @@ def mark_for_signing(request: web.Request) -> None:
 
 def _error_response(exc: GatewayError) -> web.Response:
     return json_response(exc.to_body(), status=exc.http_status)
-
-
-async def sign_response(
-    request: web.Request,
-    response: web.Response,
-    *,
-    pool,
-    company_id: UUID,
-    now: dt.datetime,
-    scheme: str,
-    key=None,
-) -> web.Response:
-    """Sign a buffered response with the company's active key (RFC 9421 §2.4; UCP signatures.md).
-
-    The body must already be bytes (serialised once); the digest is taken over exactly those bytes
-    and the response must not be compressed or altered afterwards. ``key``: the company's active
-    ``keys.SigningKey`` when the caller already holds it (:class:`.signkey.SigningKeys`), else it is
-    read here. Raises NoActiveKey / KeyDecryptError from the keys package.
-    """
-    body = response.body
-    if not isinstance(body, (bytes, bytearray)):
-        body = b"" if body is None else bytes(body._value)  # type: ignore[union-attr]
-    if key is None:
-        from ..keys.repository import active_signing_key
-
-        key = await active_signing_key(pool, company_id, now=now)
-    raw = request.get(REQ_RAW_BODY, b"")
-    req_view = request_view(request, raw, scheme)
-    headers: CIMultiDict[str] = CIMultiDict(response.headers)
-    if body and "Content-Type" not in headers:
-        headers["Content-Type"] = response.content_type
-    view = ResponseView(response.status, headers, req_view, bytes(body))
-    sign_response_view(view, key, now=now, accept_signature=request.headers.get("Accept-Signature"))
-    for name in ("Content-Digest", "Signature-Input", "Signature", "Content-Type"):
-        if name in headers:
-            response.headers[name] = headers[name]
-    if "Accept-Signature" in request.headers:
-        response.headers.add("Vary", "Accept-Signature")
-    return response
 
 
 def _wants_signature(request: web.Request, company, settings: Settings) -> bool:
@@ -379,7 +277,7 @@ async def signature_middleware(
     ):
         return await handler(request)
     raw_path = request.raw_path
-    if ("." in raw_path or "%2" in raw_path) and not _canonical_path(raw_path):  # most paths have neither
+    if ("." in raw_path or "%2" in raw_path) and not canonical_path(raw_path):  # most paths have neither
         return _error_response(BadRequest("non-canonical request path (dot segments)"))
     clock = app.get(CLOCK) or SystemClock()
     mode = effective_mode(company.signature_policy, settings.dev_mode)
