@@ -492,6 +492,11 @@ class HostCache:
     a full-path request and a query per Host, and no answer is older than two ``ttl``. Concurrent
     misses for one Host share one database lookup (with ``ttl`` > 0). At most ``max_entries``
     Hosts are kept; the oldest lookups go first.
+
+    An entry is a list ``[expires, company, version]`` renewed in place: a revalidation allocates
+    nothing that outlives it, so ten thousand Hosts renewed every ``ttl`` do not feed the garbage
+    collector's oldest generation (new long-lived objects are what trigger its full collections,
+    each one a stall of every request in flight that grows with the number of companies).
     """
 
     MISS = object()  #: what :meth:`cached` returns when the Host needs a lookup
@@ -501,7 +506,7 @@ class HostCache:
         self.ttl = ttl
         self.max_entries = max_entries
         self.known_grace = max(known_grace, ttl)
-        self._entries: dict[str, tuple[float, Company | None, UUID | None]] = {}
+        self._entries: dict[str, list[Any]] = {}  # Host -> [expires, company | None, version | None]
         self._inflight: dict[str, asyncio.Future[Company | None]] = {}
         self._stale: set[str] = set()
         self._pool: asyncpg.Pool | None = None
@@ -574,7 +579,7 @@ class HostCache:
             task.add_done_callback(lambda t: self._done(key, t))
         return await asyncio.shield(task)  # a cancelled request does not cancel the others' lookup
 
-    def _put(self, key: str, entry: tuple[float, Company | None, UUID | None]) -> None:
+    def _put(self, key: str, entry: list[Any]) -> None:
         entries = self._entries
         entries.pop(key, None)  # re-inserted last: the oldest entries are the first in the dict
         while len(entries) >= self.max_entries:  # bounded memory; a burst of junk Host headers
@@ -584,7 +589,7 @@ class HostCache:
     async def _lookup(self, pool: asyncpg.Pool, key: str) -> Company | None:
         start = time.monotonic()  # the answer's age counts from before the query
         company, version = await resolve_host_versioned(pool, normalize_host(key))
-        self._put(key, (start + self.ttl, company, version))
+        self._put(key, [start + self.ttl, company, version])
         return company
 
     async def _revalidate(self) -> None:
@@ -601,7 +606,8 @@ class HostCache:
                         continue  # gone, or resolved again meanwhile
                     company = hit[1]
                     if now.get(name, (None, None)) == (company.id if company else None, hit[2]):
-                        self._put(key, (start + self.ttl, company, hit[2]))
+                        hit[0] = start + self.ttl  # in place (class docstring)
+                        self._put(key, hit)
                         if company is not None:
                             renewed.append((key, company.id, hit[2], start))
                     else:

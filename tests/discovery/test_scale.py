@@ -264,7 +264,8 @@ async def test_a_host_is_known_to_the_fast_path_longer_than_its_company_is_cache
     cache = HostCache(ttl=0.1, known_grace=5.0)
     await cache.resolve(database.pool, "a.example")
     assert not cache.known("other.example")
-    cache._entries["a.example"] = (time.monotonic() - 1.0, *cache._entries["a.example"][1:])  # 1 s past its ttl
+    entry = cache._entries["a.example"]
+    entry[0] = time.monotonic() - 1.0  # 1 s past its ttl
     assert cache.cached("a.example") is HostCache.MISS  # too old to decide anything with
     assert cache.known("a.example")  # ... but known, and being revalidated
     for _ in range(50):
@@ -272,6 +273,8 @@ async def test_a_host_is_known_to_the_fast_path_longer_than_its_company_is_cache
         if cache._revalidating is None:
             break
     assert cache.cached("a.example").slug == "a"  # renewed: unchanged
+    # in place: a renewal leaves nothing new for the garbage collector's oldest generation
+    assert cache._entries["a.example"] is entry
 
 
 async def test_stale_profiles_of_many_companies_are_revalidated_in_one_read(
@@ -407,3 +410,56 @@ async def test_an_entrys_prepared_headers_are_no_work_for_the_garbage_collector(
     gc.collect()
     gc.collect()  # a tuple is untracked once its items are: the inner pairs on the first pass
     assert not gc.is_tracked(entry.headers) and not gc.is_tracked(entry.not_modified)
+
+
+async def test_a_revalidated_profile_entry_is_renewed_in_place():
+    """A renewal at an unchanged version changes the entry's deadline and order, and allocates no
+    new entry (ten thousand renewed every ttl fed the garbage collector's full collections)."""
+    import uuid
+
+    company, version = uuid.uuid4(), uuid.uuid4()
+    reads: list[list] = []
+
+    async def versions(ids):
+        reads.append(ids)
+        return {company: version}
+
+    async def render():
+        return b"{}", company, version
+
+    cache = RenderedProfiles(0.05, versions)
+    first = await cache.get("a.example", render)
+    await cache.get("b.example", render)
+    await asyncio.sleep(0.06)
+    assert cache.fresh("a.example") is None and cache.stale("a.example") is first
+    await _revalidated(cache)
+    assert reads == [[company]] and cache.fresh("a.example") is first
+    assert list(cache._entries) == ["b.example", "a.example"]  # renewed: the last to go
+    assert cache.bytes == sum(e.size for e in cache._entries.values())
+
+
+async def test_agent_graph_pages_render_any_display_name_as_json_and_are_reused(
+    aiohttp_client, database, db_settings, monkeypatch
+):
+    """A page's JSON is built by PostgreSQL: quotes, backslashes, control characters and non-ASCII
+    in a display name come out as the same string; a page asked for again within its ttl is served
+    from its rendered bytes (no read), with the same ETag."""
+    import ucp_gateway.discovery.graph as graph
+
+    name = 'Q"uo\\te \t tab, caf\u00e9 \u2603 </script>'
+    await create_company(database.pool, slug="odd", display_name=name, hostnames=["odd.example"])
+    reads: list = []
+    page_json = graph.page_json
+
+    async def counting(*args):
+        reads.append(args[1])
+        return await page_json(*args)
+
+    monkeypatch.setattr(graph, "page_json", counting)
+    client = await aiohttp_client(_app(database, db_settings, []))
+    first = await client.get("/ucp/agent-graph", headers={"Host": "platform.test"})
+    page = await first.json()
+    assert page["companies"] == [{"slug": "odd", "name": name, "profile": "https://odd.example/.well-known/ucp"}]
+    again = await client.get("/ucp/agent-graph", headers={"Host": "platform.test"})
+    assert again.headers["ETag"] == first.headers["ETag"] and await again.read() == await first.read()
+    assert reads == [None]

@@ -1,13 +1,14 @@
 """The agent graph: the platform's companies in keyset pages (``GET /ucp/agent-graph?cursor=...``
 and the first page inside the platform node's ``/.well-known/ucp``).
 
-A page is one read of only its own rows (the companies after the cursor by the slug index, then
-each one's first hostname), narrowed to what a page shows: slug, display name, the
-``settings.platform_listing`` value and the first hostname (no Company objects, no settings
-copies). Pages are reused for ``ttl`` seconds per ``(cursor, size)`` and evicted oldest first when
-the cache is full. Page size: ``agent_graph_page_size`` (default 1,000: ten pages for ten thousand
-companies); the platform node's document embeds a first page of at most ``PROFILE_PAGE`` companies
-so that it stays small (its ``next`` cursor leads to the full-size pages).
+A page is one statement that reads only its own rows (the companies after the cursor by the slug
+index, then each one's first hostname) and returns the page's companies already as JSON text (no
+Company objects, no Records per company, no settings copies): the gateway adds the ``next`` and
+``pages`` links and keeps the page as bytes and ETag, reused for ``ttl`` seconds per ``(cursor,
+size)`` and evicted oldest first when the cache is full. Page size: ``agent_graph_page_size``
+(default 1,000: ten pages for ten thousand companies); the platform node's document embeds a first
+page of at most ``PROFILE_PAGE`` companies so that it stays small (its ``next`` cursor leads to the
+full-size pages).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import structlog
 from aiohttp import web
 
 from ..appkeys import DATABASE, REQ_COMPANY, SETTINGS
-from ..db import platform_tx
 from ..errors import GatewayError, NotFound
 from ..mediatype import json_response
 from ..tenancy import normalize_host, public_origin, resolve_host, valid_host_header
@@ -31,91 +31,117 @@ from .caching import make_etag
 from .platform import PlatformNode
 from .profile_cache import hosted
 
-__all__ = ["PAGES", "PLATFORM", "PROFILE_PAGE", "DirectoryPages", "agent_graph", "graph_page"]
+__all__ = [
+    "PAGES",
+    "PLATFORM",
+    "PROFILE_PAGE",
+    "DirectoryPages",
+    "agent_graph",
+    "graph_page",
+    "page_json",
+    "rendered_page",
+]
 
 #: Companies the platform node's ``/.well-known/ucp`` lists in its first page, at most.
 PROFILE_PAGE = 100
 _log = structlog.get_logger("ucp_gateway.discovery")
 
-# slug, display name, settings.platform_listing (jsonb, None when absent), the first hostname in
-# code-point order (as Company.hostnames sorts them); two statements so that each plan is an index
-# range scan (``$1 IS NULL OR slug > $1`` may not be, in a generic plan)
-_COLUMNS = (
-    "SELECT c.slug, c.display_name, c.settings -> 'platform_listing',"
-    ' (SELECT min(h.hostname COLLATE "C") FROM company_hosts h WHERE h.company_id = c.id) FROM companies c'
-)
-_FIRST = _COLUMNS + " ORDER BY c.slug LIMIT $1"
-_AFTER = _COLUMNS + " WHERE c.slug > $1 ORDER BY c.slug LIMIT $2"
+# One statement renders a page: the companies after the cursor by the slug index (one more than
+# the page, to know whether a next page exists), each one's first hostname in code-point order (as
+# Company.hostnames sorts them), and the page's ``companies`` array as compact JSON text built by
+# PostgreSQL (keys in the order slug, name, profile; strings escaped by to_json), the listed ones
+# only; with it the number of rows read, the page's last slug (the next cursor) and the slugs whose
+# settings.platform_listing is neither absent, null nor a boolean (read as unlisted, logged). No
+# Record per company, no dict, no json.dumps: a page of 1,000 is one round trip and a string.
+# companies and company_hosts are read under their open directory policy (migration 0001: no
+# tenant context involved), outside a transaction. Two statements so that each plan is an index
+# range scan (``$4 IS NULL OR slug > $4`` may not be, in a generic plan).
+_PAGE = """WITH page AS (
+  SELECT c.slug, c.display_name AS name, c.settings -> 'platform_listing' AS listing,
+    (SELECT min(h.hostname COLLATE "C") FROM company_hosts h WHERE h.company_id = c.id) AS host
+  FROM companies c {where} ORDER BY c.slug LIMIT $1::int + 1
+), shown AS (SELECT * FROM page ORDER BY slug LIMIT $1::int)
+SELECT coalesce(string_agg('{{"slug":' || to_json(slug)::text || ',"name":' || to_json(name)::text
+    || coalesce(',"profile":' || to_json($2::text
+      || CASE WHEN strpos(host, ':') > 0 THEN '[' || host || ']' ELSE host END || $3::text)::text, '')
+    || '}}', ',' ORDER BY slug) FILTER (WHERE listing IS NULL OR listing IN ('null', 'true')), ''),
+  (SELECT count(*) FROM page)::int, max(slug),
+  coalesce(array_agg(slug ORDER BY slug) FILTER (WHERE listing NOT IN ('null', 'true', 'false')), '{{}}')
+FROM shown"""
+_FIRST = _PAGE.format(where="")
+_AFTER = _PAGE.format(where="WHERE c.slug > $4")
 
 
-async def directory_rows(pool: asyncpg.Pool, after: str | None, limit: int) -> list[asyncpg.Record]:
-    """At most ``limit`` ``(slug, display_name, platform_listing, first hostname)`` rows of the
-    companies with slug > ``after`` (all when None), by slug, in one read."""
-    async with platform_tx(pool) as conn:
-        return await (conn.fetch(_FIRST, limit) if after is None else conn.fetch(_AFTER, after, limit))
+async def page_json(
+    pool: asyncpg.Pool, after: str | None, size: int, head: str, tail: str
+) -> tuple[str, bool, str | None]:
+    """``(companies, more, last)`` of the page of at most ``size`` companies with slug > ``after``
+    (from the first when None), in one read: ``companies`` the JSON array's items as text
+    (``{"slug", "name", "profile"?}``, listed companies only; profile ``head + first hostname +
+    tail``, an IPv6 literal bracketed), ``more`` whether companies follow, ``last`` the page's
+    last slug. A ``platform_listing`` that is no boolean is read as unlisted and logged."""
+    if after is None:
+        row = await pool.fetchrow(_FIRST, size, head, tail)
+    else:
+        row = await pool.fetchrow(_AFTER, size, head, tail, after)
+    for slug in row[3]:  # listing is the disclosure: fail closed
+        _log.error("company_settings_invalid", slug=slug, read="platform_listing", effect="read as False")
+    return row[0], row[1] > size, row[2]
+
+
+#: a rendered page: its JSON body and strong ETag
+Page = tuple[bytes, str]
 
 
 class DirectoryPages:
-    """Directory rows by ``(after, limit)``, reused for ``ttl`` seconds (the rendered profiles'
-    life); at most ``capacity`` pages, the oldest evicted first (not all of them)."""
+    """Rendered agent-graph pages by ``(after, size, head, tail, pages)``, reused for ``ttl``
+    seconds (the rendered profiles' life); at most ``capacity`` pages, the oldest evicted first
+    (not all of them). A page is bytes and its ETag: a repeated walk renders nothing."""
 
     def __init__(self, ttl: float, capacity: int = 1024):
         self.ttl, self.capacity = ttl, capacity
-        self._entries: dict[tuple[str | None, int], tuple[float, list[asyncpg.Record]]] = {}
+        self._entries: dict[tuple[Any, ...], tuple[float, Page]] = {}
 
-    async def get(self, pool: asyncpg.Pool, after: str | None, limit: int) -> list[asyncpg.Record]:
-        key, now = (after, limit), time.monotonic()
+    async def get(self, pool: asyncpg.Pool, after: str | None, size: int, head: str, tail: str, pages: str) -> Page:
+        """The page of ``size`` companies after ``after`` (:func:`page_json`), its ``next`` link
+        ``pages?cursor=...`` and ``pages`` itself: ``{"companies": [...], "next": url | None,
+        "pages": url}`` as compact JSON bytes, and its ETag."""
+        key, now = (after, size, head, tail, pages), time.monotonic()
         hit = self._entries.get(key)
         if hit is not None and now < hit[0]:
             return hit[1]
-        rows = await directory_rows(pool, after, limit)
+        companies, more, last = await page_json(pool, after, size, head, tail)
+        next_url = json.dumps(pages + "?cursor=" + quote(encode_cursor(last))) if more and last else "null"
+        body = f'{{"companies":[{companies}],"next":{next_url},"pages":{json.dumps(pages)}}}'.encode()
+        page = (body, make_etag(body))
         entries = self._entries
         entries.pop(key, None)  # re-inserted last: the oldest pages are the first in the dict
         while len(entries) >= self.capacity:
             del entries[next(iter(entries))]
-        entries[key] = (now + self.ttl, rows)
-        return rows
+        entries[key] = (now + self.ttl, page)
+        return page
 
 
 PAGES = web.AppKey("ucpgw.directory_pages", DirectoryPages)
 PLATFORM = web.AppKey("ucpgw.platform_node", PlatformNode)  # where the graph is served, its origin
 
 
-def _listed(row: asyncpg.Record) -> bool:
-    """``settings.platform_listing``: absent or null is listed, a boolean says, anything else is
-    read as unlisted (listing is the disclosure: fail closed) and logged."""
-    value = row[2]
-    if value is None or value is True:
-        return True
-    if value is not False:
-        _log.error("company_settings_invalid", slug=row[0], read="platform_listing", effect="read as False")
-    return False
+async def rendered_page(app: web.Application, after: str | None, size: int | None = None) -> Page:
+    """The page of ``size`` companies (``agent_graph_page_size`` by default) after the cursor
+    ``after``, rendered (:meth:`DirectoryPages.get`). Every URL in it from the configuration
+    (``app[PLATFORM]``: the platform origin, the companies' public port), none from the request."""
+    settings, platform = app[SETTINGS], app[PLATFORM]
+    size = settings.agent_graph_page_size if size is None else size
+    scheme = settings.public_scheme
+    head = scheme + "://"  # a company hostname has no port: the public one
+    tail = public_origin(scheme, "h", platform.link_port)[len(head) + 1 :] + "/.well-known/ucp"  # ":port" or ""
+    return await app[PAGES].get(app[DATABASE].pool, after, size, head, tail, f"{platform.origin}/ucp/agent-graph")
 
 
 async def graph_page(app: web.Application, after: str | None, size: int | None = None) -> dict[str, Any]:
     """``{"companies": [{slug, name, profile?}], "next": url | None, "pages": url}``: the page of
-    ``size`` companies (``agent_graph_page_size`` by default) after the cursor ``after``. Every URL
-    in it from the configuration (``app[PLATFORM]``: the platform origin, the companies' public
-    port), none from the request."""
-    settings, platform = app[SETTINGS], app[PLATFORM]
-    size = settings.agent_graph_page_size if size is None else size
-    rows = await app[PAGES].get(app[DATABASE].pool, after, size + 1)
-    port = platform.link_port  # a company hostname has no port: the public one
-    scheme = settings.public_scheme
-    head = scheme + "://"
-    tail = public_origin(scheme, "h", port)[len(head) + 1 :] + "/.well-known/ucp"  # ":port" or "", then the path
-    companies = []
-    for row in rows[:size]:
-        if not _listed(row):
-            continue
-        item: dict[str, Any] = {"slug": row[0], "name": row[1]}
-        name = row[3]
-        if name is not None:  # stored as public_origin publishes it; an IPv6 literal bracketed
-            item["profile"] = head + (f"[{name}]" if ":" in name else name) + tail
-        companies.append(item)
-    pages = f"{platform.origin}/ucp/agent-graph"
-    next_url = pages + "?cursor=" + quote(encode_cursor(rows[size - 1][0])) if len(rows) > size else None
-    return {"companies": companies, "next": next_url, "pages": pages}
+    :func:`rendered_page` as a document (what the platform node's profile embeds)."""
+    return json.loads((await rendered_page(app, after, size))[0])
 
 
 async def agent_graph(request: web.Request) -> web.Response:
@@ -134,6 +160,5 @@ async def agent_graph(request: web.Request) -> web.Response:
         after = decode_cursor(cursor) if cursor else None
     except GatewayError as exc:
         return json_response(exc.to_body(), status=exc.http_status)
-    page = await graph_page(request.app, after)
-    body = json.dumps(page, separators=(",", ":")).encode()
-    return hosted(request, body, make_etag(body), "application/json", request.app[SETTINGS].profile_max_age)
+    body, etag = await rendered_page(request.app, after)
+    return hosted(request, body, etag, "application/json", request.app[SETTINGS].profile_max_age)
