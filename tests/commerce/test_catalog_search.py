@@ -258,7 +258,7 @@ async def test_relevance_ranks_a_bounded_candidate_set_and_its_pages_walk_it_onc
     its cursor pages walk exactly those, each once (a page never repeats or skips a candidate)."""
     from ucp_gateway.commerce.catalog_cli import import_items
     from ucp_gateway.commerce.catalog_feed import CSV_HEADER, parse_feed
-    from ucp_gateway.commerce.catalog_store import RANK_CANDIDATES
+    from ucp_gateway.commerce.catalog_search import RANK_CANDIDATES
 
     shop = await create_company(database.pool, slug="many-roses", display_name="Roses", hostnames=("roses.example",))
     lines = [",".join(CSV_HEADER)]

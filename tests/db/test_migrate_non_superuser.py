@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-from ucp_gateway.commerce import catalog_service, catalog_store
+from ucp_gateway.commerce import catalog_search, catalog_service
 from ucp_gateway.commerce.catalog_api import parse_search
 from ucp_gateway.config import Settings
 from ucp_gateway.db import tenant_tx
@@ -47,7 +47,7 @@ async def operator_dsn(tmp_path):
 
 
 async def _rows(conn, company, body):
-    return await catalog_store.search_rows(conn, parse_search(body, shop_currency="USD"))
+    return await catalog_search.search_rows(conn, parse_search(body, shop_currency="USD"))
 
 
 async def test_a_non_superuser_migrates_and_search_stays_correct_and_isolated(operator_dsn, tmp_path):

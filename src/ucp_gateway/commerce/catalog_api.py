@@ -17,7 +17,7 @@ from typing import Any
 
 from ..cursors import decode_cursor, encode_cursor
 from ..errors import BadRequest
-from .catalog_store import SearchQuery
+from .catalog_search import SearchQuery
 
 __all__ = [
     "FILTER_NAMES",

@@ -27,9 +27,9 @@ from ..db import tenant_tx
 from ..errors import GatewayError
 from ..htmlpage import format_money, page
 from ..tenancy import Company
-from . import catalog_store
+from . import catalog_search, catalog_store
 from .catalog_api import render_product
-from .catalog_store import SearchQuery
+from .catalog_search import SearchQuery
 from .context import _origin, build_context, company_of
 from .service import price_state
 
@@ -55,7 +55,7 @@ async def home_page(request: web.Request, company: Company, site: str) -> web.Re
             last = await conn.fetchrow("SELECT lower(title) AS k, id FROM catalog_products WHERE handle = $1", after)
             if last is not None:
                 q = replace(q, after=(last["k"], last["id"]))
-        rows = await catalog_store.search_rows(conn, q)
+        rows = await catalog_search.search_rows(conn, q)
         categories = await conn.fetchval(
             "SELECT coalesce(array_agg(c ORDER BY c), '{}') FROM"
             " (SELECT DISTINCT unnest(categories) AS c FROM catalog_products LIMIT 200) x"
@@ -163,7 +163,7 @@ async def _llms(request: web.Request, company: Company) -> web.Response:
 
     profile = await company_profile_document(request.app, company, origin)
     async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
-        rows = await catalog_store.search_rows(conn, SearchQuery(text=None, sort="title", limit=100))
+        rows = await catalog_search.search_rows(conn, SearchQuery(text=None, sort="title", limit=100))
         total = await conn.fetchval("SELECT count(*) FROM catalog_products WHERE min_price IS NOT NULL")
         cats = await conn.fetch(
             "SELECT c, count(*) AS n FROM catalog_products, unnest(categories) AS c"

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from . import catalog_store
+from . import catalog_search, catalog_store
 from .catalog_api import (
     lookup_products,
     next_cursor,
@@ -48,7 +48,7 @@ def catalog_ucp(ctx: CommerceContext, name: str) -> dict[str, Any]:
 
 async def _trgm(conn: asyncpg.Connection) -> bool:
     if not _TRGM:
-        trgm, gin = await catalog_store.search_features(conn)
+        trgm, gin = await catalog_search.search_features(conn)
         if not gin:
             _log.warning(
                 "catalog_search_without_gin_index",
@@ -67,10 +67,10 @@ async def search(conn: asyncpg.Connection, ctx: CommerceContext, data: Any) -> O
     if not _TRGM:
         await _trgm(conn)  # the first search of the process asks what the database offers
     messages: list[dict[str, Any]] = []
-    rows = await catalog_store.search_rows(conn, q)
+    rows = await catalog_search.search_rows(conn, q)
     if not rows and q.text is not None and q.after is None and not (q.fuzzy or q.trgm) and q.sort == "relevance":
         fuzzy = replace(q, trgm=await _trgm(conn), fuzzy=True)
-        rows = await catalog_store.search_rows(conn, fuzzy)
+        rows = await catalog_search.search_rows(conn, fuzzy)
         if rows:
             q = fuzzy
             messages.append(info(f"No exact match for {q.text[:100]!r}; showing similar products.",

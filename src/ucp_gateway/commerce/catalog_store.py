@@ -1,4 +1,5 @@
-"""asyncpg repository of the searchable catalogue (migration 0065). Thin: SQL only, no policy.
+"""asyncpg repository of the catalogue (migration 0065): lookups, feeds and the import's writes
+(search: :mod:`.catalog_search`). Thin: SQL only, no policy.
 
 Every function takes a connection inside ``tenant_tx`` (RLS scopes it to one company). Rows come
 back as plain dicts with the product's variants (``variants``: list of dicts, position order, each
@@ -8,22 +9,13 @@ with its ``stock``) so :mod:`.catalog_api` renders them without another query.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
 from .catalog_feed import FeedError, FeedItem
 
-__all__ = [
-    "SearchQuery",
-    "export_rows",
-    "get_rows",
-    "lookup_rows",
-    "search_features",
-    "search_rows",
-    "upsert_items",
-]
+__all__ = ["PRODUCT_COLUMNS", "export_rows", "get_rows", "lookup_rows", "upsert_items"]
 
 _VARIANTS = (
     "(SELECT coalesce(json_agg(json_build_object('id', v.id, 'title', v.title, 'price', v.price,"
@@ -32,144 +24,10 @@ _VARIANTS = (
     " FROM products v LEFT JOIN inventory i ON i.company_id = v.company_id AND i.product_id = v.id"
     " WHERE v.company_id = p.company_id AND v.product_id = p.id) AS variants"
 )
-_PRODUCT_COLUMNS = (
+PRODUCT_COLUMNS = (
     "p.id, p.handle, p.title, p.description, p.brand, p.categories, p.tags, p.media, p.min_price, p.max_price,"
     " p.currency, p.available, p.created_at, " + _VARIANTS
 )
-
-
-@dataclass(frozen=True, slots=True)
-class SearchQuery:
-    """A validated search (catalog_api.parse_search). Money in minor units of ``currency``.
-
-    ``sort``: relevance | price_asc | price_desc | title | newest. ``after``: the keyset of the last
-    row of the previous page (``[sort value, id]``), None on the first page. ``fuzzy``: match word
-    prefixes (the typo fallback); ``trgm``: rank by title trigram similarity (pg_trgm present).
-    """
-
-    text: str | None
-    categories: tuple[str, ...] = ()
-    price_min: int | None = None
-    price_max: int | None = None
-    currency: str | None = None
-    available: bool | None = None
-    sort: str = "relevance"
-    limit: int = 10
-    after: tuple[Any, str] | None = None
-    fuzzy: bool = False
-    trgm: bool = False
-
-
-# sort -> (key expression, direction). Ties break on id ascending; relevance and price_desc
-# compare their key descending.
-_SORTS = {
-    "relevance": ("ts_rank_cd(p.search, {tsq}, 1)::float8", "DESC"),
-    "trgm": ("similarity(lower(p.title), lower($2::text))::float8", "DESC"),
-    "price_asc": ("p.min_price", "ASC"),
-    "price_desc": ("p.min_price", "DESC"),
-    "title": ("lower(p.title)", "ASC"),
-    "newest": ("p.created_at", "DESC"),
-}
-
-
-def _tsquery(text: str, fuzzy: bool) -> tuple[str, str]:
-    """``(SQL expression over $2, the parameter)``: websearch syntax, or (the typo fallback without
-    pg_trgm) the first half of each word, at least 3 letters, as a prefix: ``tulpis`` -> ``tul:*``."""
-    if not fuzzy:
-        return "websearch_to_tsquery('english'::regconfig, $2::text)", text
-    words = [w for w in "".join(c if c.isalnum() else " " for c in text.lower()).split() if w][:8]
-    prefixes = [w[: max(3, len(w) // 2)] for w in words]
-    return "to_tsquery('english'::regconfig, $2::text)", " & ".join(f"{p}:*" for p in prefixes) or "''"
-
-
-# The planner prices a LIMIT of candidates by interpolation, as if the matches were spread evenly
-# along any order it can walk: for a match of some hundreds of rows it chose a sequential scan or
-# a walk of the price index that stops early, and read thousands of pages to find 100 matches
-# (1,966 and 4,348 buffers; a lower random_page_cost only moved the walk from one to the other). The
-# GIN bitmap is right for every text query (a very common word: its first pages in TID order), so
-# the candidate statement is planned with bitmap scans only, and the defaults come back after it:
-# over 150 filtered searches at 100,000 products the most buffers one took went from 1,966 to 759.
-_BITMAP_ONLY = "SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = off"
-_PLANNER_DEFAULTS = "SET LOCAL enable_seqscan = DEFAULT; SET LOCAL enable_indexscan = DEFAULT"
-#: At most this many matches are ranked per relevance query (see search_rows; docs/catalog.md).
-RANK_CANDIDATES = 100
-
-
-async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str, Any]]:
-    """One page (``q.limit + 1`` rows: the extra one says there is a next page) in one statement.
-    Each row has ``sort_key`` (the keyset value for the next cursor).
-
-    Relevance: the filters and the text match select at most :data:`RANK_CANDIDATES` products (in
-    the index's order), which are ranked; a query that matches more (one common word over 100,000
-    products) is answered from those, so its cost stays bounded (ranking every match of a word in
-    20 % of a large catalogue took longer than the whole request budget). Cursor pages of one
-    query walk the same candidates. Other sorts walk every match in their index order."""
-    sort = "trgm" if q.trgm else q.sort
-    if q.text is None and sort == "relevance":
-        sort = "title"
-    key, direction = _SORTS[sort]
-    args: list[Any] = [q.limit + 1]
-    where = []
-    # the tsquery is written in place (no CTE): the planner then sees a constant it can look up in
-    # the GIN index, where a CTE's value is unknown to it and the match becomes a scan of the company
-    if q.trgm:
-        qparam = q.text
-        where.append("lower(p.title) % lower($2::text)")
-    elif q.text is not None:
-        tsq, qparam = _tsquery(q.text, q.fuzzy)
-        key = key.format(tsq=tsq)
-        where.append(f"p.search @@ {tsq}")
-    else:
-        qparam = None  # browse by filters ($2 unused but typed)
-        where.append("$2::text IS NULL")
-    args.append(qparam)
-
-    def arg(v: Any) -> str:
-        args.append(v)
-        return f"${len(args)}"
-
-    where.append("p.min_price IS NOT NULL")  # a product without variants is not sold
-    keyset: list[str] = []
-    if q.categories:
-        where.append(f"p.categories && {arg(list(q.categories))}::text[]")
-    if q.currency is not None and (q.price_min is not None or q.price_max is not None):
-        where.append(f"p.currency = {arg(q.currency)}")
-    if q.price_min is not None:
-        where.append(f"p.max_price >= {arg(q.price_min)}")
-    if q.price_max is not None:
-        where.append(f"p.min_price <= {arg(q.price_max)}")
-    if q.available is not None:
-        where.append(f"p.available = {arg(q.available)}")
-    if q.after is not None:
-        op = "<" if direction == "DESC" else ">"
-        cast = {"newest": "::timestamptz", "title": "::text"}.get(sort, "")
-        if sort in ("relevance", "trgm"):
-            cast = "::float8"
-        elif sort in ("price_asc", "price_desc"):
-            cast = "::bigint"
-        k, i = arg(q.after[0]), arg(q.after[1])
-        kx = "p.sort_key" if sort in ("relevance", "trgm") else key  # the ranked candidates carry theirs
-        keyset.append(f"({kx} {op} {k}{cast} OR ({kx} = {k}{cast} AND p.id > {i}::text))")
-    if sort in ("relevance", "trgm"):  # rank at most RANK_CANDIDATES matches (see the docstring)
-        # ids and ranks only are carried through the ranking; the page's rows are read after it
-        sql = (
-            f"WITH m AS MATERIALIZED (SELECT p.id, {key} AS sort_key FROM catalog_products p"
-            f" WHERE {' AND '.join(where)} LIMIT {RANK_CANDIDATES}),"
-            f" top AS (SELECT * FROM m p{' WHERE ' + ' AND '.join(keyset) if keyset else ''}"
-            f" ORDER BY p.sort_key {direction}, p.id LIMIT $1)"
-            f" SELECT {_PRODUCT_COLUMNS}, top.sort_key FROM top JOIN catalog_products p ON p.id = top.id"
-            f" ORDER BY top.sort_key {direction}, p.id"
-        )
-        await conn.execute(_BITMAP_ONLY)
-        rows = await conn.fetch(sql, *args)
-        await conn.execute(_PLANNER_DEFAULTS)  # (an error aborts the transaction: its SET LOCAL goes too)
-        return [dict(r) for r in rows]
-    else:
-        sql = (
-            f"SELECT {_PRODUCT_COLUMNS}, {key} AS sort_key FROM catalog_products p"
-            f" WHERE {' AND '.join(where + keyset)} ORDER BY {key} {direction}, p.id LIMIT $1"
-        )
-    return [dict(r) for r in await conn.fetch(sql, *args)]
 
 
 # lookup: every id is tried as product id, handle, variant id, SKU and GTIN, in one statement
@@ -184,7 +42,7 @@ _LOOKUP = (
     "   WHERE v.product_id IS NOT NULL"
     "  UNION SELECT inp.input, c.id, NULL FROM inp JOIN catalog_products c ON c.id = inp.input"
     "  UNION SELECT inp.input, c.id, NULL FROM inp JOIN catalog_products c ON c.handle = inp.input)"
-    " SELECT " + _PRODUCT_COLUMNS + ","
+    " SELECT " + PRODUCT_COLUMNS + ","
     " (SELECT json_agg(json_build_object('input', h.input, 'variant_id', h.variant_id))"
     "   FROM hits h WHERE h.product_id = p.id) AS hits"
     " FROM catalog_products p WHERE p.id IN (SELECT product_id FROM hits) ORDER BY p.id LIMIT $2"
@@ -198,7 +56,7 @@ async def lookup_rows(conn: asyncpg.Connection, ids: Sequence[str], *, cap: int)
 
 
 _GET = (
-    "SELECT " + _PRODUCT_COLUMNS + ", $1::text AS input FROM catalog_products p"
+    "SELECT " + PRODUCT_COLUMNS + ", $1::text AS input FROM catalog_products p"
     " WHERE p.id = $1 OR p.id = (SELECT product_id FROM products WHERE id = $1)"
     " OR p.handle = $1 LIMIT 1"
 )
@@ -212,19 +70,8 @@ async def get_rows(conn: asyncpg.Connection, id_: str) -> dict[str, Any] | None:
 
 async def export_rows(conn: asyncpg.Connection, *, after: str = "", batch: int = 500) -> list[dict[str, Any]]:
     """The next ``batch`` products after id ``after`` (id order), for feeds."""
-    sql = f"SELECT {_PRODUCT_COLUMNS} FROM catalog_products p WHERE p.id > $1 ORDER BY p.id LIMIT $2"
+    sql = f"SELECT {PRODUCT_COLUMNS} FROM catalog_products p WHERE p.id > $1 ORDER BY p.id LIMIT $2"
     return [dict(r) for r in await conn.fetch(sql, after, batch)]
-
-
-async def search_features(conn: asyncpg.Connection) -> tuple[bool, bool]:
-    """``(pg_trgm installed, ts_match_vq LEAKPROOF)`` in this database: typo tolerance by trigrams
-    (migration 0065 installs pg_trgm when available), and whether a text match can be a GIN index
-    condition under row-level security (migration 0067 marks it when a superuser migrates)."""
-    row = await conn.fetchrow(
-        "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') AS trgm,"
-        " (SELECT proleakproof FROM pg_proc WHERE oid = 'ts_match_vq(tsvector, tsquery)'::regprocedure) AS gin"
-    )
-    return bool(row["trgm"]), bool(row["gin"])
 
 
 def _products_json(items: Sequence[FeedItem]) -> list[dict[str, Any]]:

@@ -1,0 +1,214 @@
+"""Catalog search SQL (UCP catalog search): one statement a page, over the searchable catalogue
+(migrations 0065, 0067, 0068). Thin: SQL only, no policy.
+
+Every function takes a connection inside ``tenant_tx`` (RLS scopes it to one company). Rows are
+the dicts of :mod:`.catalog_store` (``PRODUCT_COLUMNS``: the product with its ``variants``) plus
+``sort_key``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from .catalog_store import PRODUCT_COLUMNS
+
+__all__ = ["RANK_CANDIDATES", "TERM_WORDS", "SearchQuery", "search_features", "search_rows", "term_words"]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """A validated search (catalog_api.parse_search). Money in minor units of ``currency``.
+
+    ``sort``: relevance | price_asc | price_desc | title | newest. ``after``: the keyset of the last
+    row of the previous page (``[sort value, id]``), None on the first page. ``fuzzy``: match word
+    prefixes (the typo fallback); ``trgm``: rank by title trigram similarity (pg_trgm present).
+    """
+
+    text: str | None
+    categories: tuple[str, ...] = ()
+    price_min: int | None = None
+    price_max: int | None = None
+    currency: str | None = None
+    available: bool | None = None
+    sort: str = "relevance"
+    limit: int = 10
+    after: tuple[Any, str] | None = None
+    fuzzy: bool = False
+    trgm: bool = False
+
+
+# sort -> (key expression, direction). Ties break on id ascending; relevance and price_desc
+# compare their key descending.
+_SORTS = {
+    "relevance": ("ts_rank_cd(p.search, {tsq}, 1)::float8", "DESC"),
+    "trgm": ("similarity(lower(p.title), lower($2::text))::float8", "DESC"),
+    "price_asc": ("p.min_price", "ASC"),
+    "price_desc": ("p.min_price", "DESC"),
+    "title": ("lower(p.title)", "ASC"),
+    "newest": ("p.created_at", "DESC"),
+}
+
+
+def _tsquery(text: str, fuzzy: bool) -> tuple[str, str]:
+    """``(SQL expression over $2, the parameter)``: websearch syntax, or (the typo fallback without
+    pg_trgm) the first half of each word, at least 3 letters, as a prefix: ``tulpis`` -> ``tul:*``."""
+    if not fuzzy:
+        return "websearch_to_tsquery('english'::regconfig, $2::text)", text
+    words = [w for w in "".join(c if c.isalnum() else " " for c in text.lower()).split() if w][:8]
+    prefixes = [w[: max(3, len(w) // 2)] for w in words]
+    return "to_tsquery('english'::regconfig, $2::text)", " & ".join(f"{p}:*" for p in prefixes) or "''"
+
+
+# The planner prices a LIMIT of candidates by interpolation, as if the matches were spread evenly
+# along any order it can walk: for a match of some hundreds of rows it chose a sequential scan or
+# a walk of the price index that stops early, and read thousands of pages to find 100 matches
+# (1,966 and 4,348 buffers; a lower random_page_cost only moved the walk from one to the other). The
+# GIN bitmap is right for every text query (a very common word: its first pages in TID order), so
+# the candidate statement is planned with bitmap scans only, and the defaults come back after it:
+# over 150 filtered searches at 100,000 products the most buffers one took went from 1,966 to 759.
+_BITMAP_ONLY = "SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = off"
+_PLANNER_DEFAULTS = "SET LOCAL enable_seqscan = DEFAULT; SET LOCAL enable_indexscan = DEFAULT"
+#: At most this many matches are ranked per relevance query (see search_rows; docs/catalog.md).
+RANK_CANDIDATES = 100
+#: A relevance query of at most this many plain words is answered from catalog_terms (term path).
+TERM_WORDS = 4
+
+
+def term_words(text: str) -> int:
+    """How many words ``text`` has when the term path can answer it, else 0.
+
+    The term path finds the products that have every lexeme of the query (migration 0068), which
+    is exactly what ``websearch_to_tsquery`` matches when the query is 1 to :data:`TERM_WORDS`
+    words of letters only and none is ``or``: their tsquery is then the conjunction of their
+    lexemes. Anything else (quotes, ``-word``, ``OR``, digits, hyphens and other punctuation, which
+    the parser may turn into phrases) goes to the GIN index, which reads websearch syntax itself."""
+    words = text.split()
+    if not 1 <= len(words) <= TERM_WORDS or not all(w.isalpha() for w in words):
+        return 0
+    return 0 if any(w.lower() == "or" for w in words) else len(words)
+
+
+def _term_candidates(words: int, where: list[str], key: str) -> str:
+    """The candidate CTE of the term path: products having every lexeme of $2 (one ordered
+    index-only scan of catalog_terms per word, merge-joined, in product id order), filtered, the
+    first RANK_CANDIDATES of them. The query's lexemes and tsquery are computed once (``q``); a
+    word that is a stop word or repeats another's lexeme joins the first lexeme again (harmless)."""
+    joins = "".join(
+        f" JOIN catalog_terms t{i} ON t{i}.company_id = t1.company_id AND t{i}.product_id = t1.product_id"
+        f" AND t{i}.lexeme = (SELECT coalesce(q.l[{i}], q.l[1]) FROM q)"
+        for i in range(2, words + 1)
+    )
+    return (
+        "q AS MATERIALIZED (SELECT websearch_to_tsquery('english'::regconfig, $2::text) AS tsq,"
+        " tsvector_to_array(to_tsvector('english'::regconfig, $2::text)) AS l),"
+        f" m AS MATERIALIZED (SELECT p.id, {key} AS sort_key FROM catalog_terms t1{joins}"
+        " JOIN catalog_products p ON p.company_id = t1.company_id AND p.id = t1.product_id"
+        f" WHERE t1.lexeme = (SELECT q.l[1] FROM q) AND {' AND '.join(where)}"
+        f" ORDER BY t1.product_id LIMIT {RANK_CANDIDATES})"
+    )
+
+
+async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str, Any]]:
+    """One page (``q.limit + 1`` rows: the extra one says there is a next page) in one statement.
+    Each row has ``sort_key`` (the keyset value for the next cursor).
+
+    Relevance: the filters and the text match select at most :data:`RANK_CANDIDATES` products,
+    which are ranked; a query that matches more (one common word over 100,000 products) is
+    answered from those, so its cost stays bounded (ranking every match of a word in 20 % of a
+    large catalogue took longer than the whole request budget). Plain words (:func:`term_words`)
+    find their candidates in catalog_terms, in product id order, reading about as many index
+    entries as it takes to find them (independent of the catalogue's size); other queries in the
+    GIN index's order. Cursor pages of one query walk the same candidates. Other sorts walk every
+    match in their index order."""
+    sort = "trgm" if q.trgm else q.sort
+    if q.text is None and sort == "relevance":
+        sort = "title"
+    key, direction = _SORTS[sort]
+    args: list[Any] = [q.limit + 1]
+    where = []
+    words = term_words(q.text) if q.text is not None and sort == "relevance" and not q.fuzzy else 0
+    # the tsquery is written in place (no CTE): the planner then sees a constant it can look up in
+    # the GIN index, where a CTE's value is unknown to it and the match becomes a scan of the company
+    if q.trgm:
+        qparam = q.text
+        where.append("lower(p.title) % lower($2::text)")
+    elif words:
+        qparam = q.text
+        key = key.format(tsq="(SELECT q.tsq FROM q)")
+    elif q.text is not None:
+        tsq, qparam = _tsquery(q.text, q.fuzzy)
+        key = key.format(tsq=tsq)
+        where.append(f"p.search @@ {tsq}")
+    else:
+        qparam = None  # browse by filters ($2 unused but typed)
+        where.append("$2::text IS NULL")
+    args.append(qparam)
+
+    def arg(v: Any) -> str:
+        args.append(v)
+        return f"${len(args)}"
+
+    where.append("p.min_price IS NOT NULL")  # a product without variants is not sold
+    keyset: list[str] = []
+    if q.categories:
+        where.append(f"p.categories && {arg(list(q.categories))}::text[]")
+    if q.currency is not None and (q.price_min is not None or q.price_max is not None):
+        where.append(f"p.currency = {arg(q.currency)}")
+    if q.price_min is not None:
+        where.append(f"p.max_price >= {arg(q.price_min)}")
+    if q.price_max is not None:
+        where.append(f"p.min_price <= {arg(q.price_max)}")
+    if q.available is not None:
+        where.append(f"p.available = {arg(q.available)}")
+    if q.after is not None:
+        op = "<" if direction == "DESC" else ">"
+        cast = {"newest": "::timestamptz", "title": "::text"}.get(sort, "")
+        if sort in ("relevance", "trgm"):
+            cast = "::float8"
+        elif sort in ("price_asc", "price_desc"):
+            cast = "::bigint"
+        k, i = arg(q.after[0]), arg(q.after[1])
+        kx = "p.sort_key" if sort in ("relevance", "trgm") else key  # the ranked candidates carry theirs
+        keyset.append(f"({kx} {op} {k}{cast} OR ({kx} = {k}{cast} AND p.id > {i}::text))")
+    if sort in ("relevance", "trgm"):  # rank at most RANK_CANDIDATES matches (see the docstring)
+        # ids and ranks only are carried through the ranking; the page's rows are read after it
+        if words:
+            candidates = _term_candidates(words, where, key)
+        else:
+            candidates = (
+                f"m AS MATERIALIZED (SELECT p.id, {key} AS sort_key FROM catalog_products p"
+                f" WHERE {' AND '.join(where)} LIMIT {RANK_CANDIDATES})"
+            )
+        sql = (
+            f"WITH {candidates},"
+            f" top AS (SELECT * FROM m p{' WHERE ' + ' AND '.join(keyset) if keyset else ''}"
+            f" ORDER BY p.sort_key {direction}, p.id LIMIT $1)"
+            f" SELECT {PRODUCT_COLUMNS}, top.sort_key FROM top JOIN catalog_products p ON p.id = top.id"
+            f" ORDER BY top.sort_key {direction}, p.id"
+        )
+        if words:  # ordered index-only scans need no planner settings
+            return [dict(r) for r in await conn.fetch(sql, *args)]
+        await conn.execute(_BITMAP_ONLY)
+        rows = await conn.fetch(sql, *args)
+        await conn.execute(_PLANNER_DEFAULTS)  # (an error aborts the transaction: its SET LOCAL goes too)
+        return [dict(r) for r in rows]
+    else:
+        sql = (
+            f"SELECT {PRODUCT_COLUMNS}, {key} AS sort_key FROM catalog_products p"
+            f" WHERE {' AND '.join(where + keyset)} ORDER BY {key} {direction}, p.id LIMIT $1"
+        )
+    return [dict(r) for r in await conn.fetch(sql, *args)]
+
+
+async def search_features(conn: asyncpg.Connection) -> tuple[bool, bool]:
+    """``(pg_trgm installed, ts_match_vq LEAKPROOF)`` in this database: typo tolerance by trigrams
+    (migration 0065 installs pg_trgm when available), and whether a text match can be a GIN index
+    condition under row-level security (migration 0067 marks it when a superuser migrates)."""
+    row = await conn.fetchrow(
+        "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') AS trgm,"
+        " (SELECT proleakproof FROM pg_proc WHERE oid = 'ts_match_vq(tsvector, tsquery)'::regprocedure) AS gin"
+    )
+    return bool(row["trgm"]), bool(row["gin"])

@@ -1,0 +1,121 @@
+"""The term path of catalog search (migration 0068): catalog_terms follows every product's search
+document through inserts, edits and deletes, never for a price or stock refresh; a query of plain
+words finds exactly what the GIN index's websearch match finds; other queries still go to the
+GIN index; one company's terms are invisible to another. On the app role (RLS)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ucp_gateway.commerce import catalog_service
+from ucp_gateway.commerce.catalog_cli import import_items
+from ucp_gateway.commerce.catalog_feed import CSV_HEADER, parse_feed
+from ucp_gateway.commerce.catalog_search import RANK_CANDIDATES, term_words
+from ucp_gateway.db import tenant_tx
+from ucp_gateway.tenancy import create_company
+
+from .test_catalog_search import ctx_for
+
+WORDS = "rose tulip lily orchid peony daisy red white pink yellow bouquet basket wedding birthday".split()
+
+
+def _feed(n: int, seed: int) -> bytes:
+    rnd = random.Random(seed)
+    lines = [",".join(CSV_HEADER)]
+    for i in range(n):
+        row = dict.fromkeys(CSV_HEADER, "")
+        title = " ".join(rnd.sample(WORDS, 3))
+        row.update(product_id=f"t{i}", title=title, description=" ".join(rnd.sample(WORDS, 4)),
+                   sku=f"T{i}", price=str(500 + 10 * i), stock=str(rnd.choice((0, 4))))  # fmt: skip
+        lines.append(",".join(row[c] for c in CSV_HEADER))
+    return ("\n".join(lines) + "\n").encode()
+
+
+async def _shop(database, slug: str, n: int, seed: int):
+    shop = await create_company(database.pool, slug=slug, display_name=slug, hostnames=(f"{slug}.example",))
+    items, errors = parse_feed(_feed(n, seed), "csv")
+    assert not errors
+    await import_items(database, shop.id, items)
+    return shop
+
+
+async def _search_ids(database, shop, query: str, **extra) -> list[str]:
+    ids: list[str] = []
+    body = {"query": query, "pagination": {"limit": 50}, **extra}
+    while True:
+        async with tenant_tx(database.pool, shop.id) as conn:
+            page = (await catalog_service.search(conn, ctx_for(shop), body)).body
+        ids += [p["id"] for p in page["products"]]
+        if not page["pagination"]["has_next_page"]:
+            return ids
+        body = dict(body, pagination={"limit": 50, "cursor": page["pagination"]["cursor"]})
+
+
+async def _gin_ranked(database, shop, query: str, where: str = "true") -> list[str]:
+    """The definition: every websearch match, by ts_rank_cd, ties by id."""
+    async with tenant_tx(database.pool, shop.id) as conn:
+        rows = await conn.fetch(
+            "SELECT id FROM catalog_products p, websearch_to_tsquery('english', $1) tsq"
+            f" WHERE p.search @@ tsq AND p.min_price IS NOT NULL AND {where}"
+            " ORDER BY ts_rank_cd(p.search, tsq, 1) DESC, id",
+            query,
+        )
+    return [r["id"] for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("red roses", 2), ("Roses", 1), ("a b c d", 4), ("a b c d e", 0), ("roses OR lilies", 0),
+     ('"red roses"', 0), ("-white roses", 0), ("get-well", 0), ("roses 12", 0), ("rosé", 1), ("", 0)],
+)  # fmt: skip
+def test_term_words_takes_only_plain_conjunctions(text, words):
+    assert term_words(text) == words
+
+
+async def test_plain_words_find_exactly_the_websearch_matches_in_rank_order(database):
+    shop = await _shop(database, "terms-equal", 60, seed=5)
+    queries = ["rose", "red roses", "pink tulips wedding", "white lily basket birthday", "the roses",
+               "orchid orchids", "daisies peonies", "nothingmatches", "the"]  # fmt: skip
+    for query in queries:
+        assert term_words(query), query
+        expected = await _gin_ranked(database, shop, query)
+        assert len(expected) <= RANK_CANDIDATES
+        assert await _search_ids(database, shop, query) == expected, query
+    cheap = await _search_ids(database, shop, "red roses", filters={"price": {"max": 800}, "available": True})
+    assert cheap == await _gin_ranked(database, shop, "red roses", "p.min_price <= 800 AND p.available")
+
+
+async def test_terms_follow_edits_and_deletes_but_not_price_or_stock_refreshes(database):
+    shop = await _shop(database, "terms-follow", 5, seed=9)
+    async with tenant_tx(database.pool, shop.id) as conn:
+        await conn.execute("UPDATE catalog_products SET title = 'Sunflower crate' WHERE id = 't0'")
+        assert (
+            await conn.fetchval("SELECT count(*) FROM catalog_terms WHERE product_id = 't0' AND lexeme = 'crate'") == 1
+        )
+        before = await conn.fetch("SELECT lexeme, xmin::text FROM catalog_terms WHERE product_id = 't1' ORDER BY 1")
+        await conn.execute("UPDATE products SET price = price + 1 WHERE product_id = 't1'")  # refresh of t1
+        await conn.execute(
+            "UPDATE inventory SET quantity = 0 WHERE product_id IN (SELECT id FROM products WHERE product_id = 't1')"
+        )
+        after = await conn.fetch("SELECT lexeme, xmin::text FROM catalog_terms WHERE product_id = 't1' ORDER BY 1")
+        assert before == after and before  # the same rows, not rewritten
+        await conn.execute("DELETE FROM catalog_products WHERE id = 't2'")
+        assert await conn.fetchval("SELECT count(*) FROM catalog_terms WHERE product_id = 't2'") == 0
+        expected = await conn.fetchval("SELECT count(*) FROM catalog_products, unnest(tsvector_to_array(search))")
+        assert await conn.fetchval("SELECT count(*) FROM catalog_terms") == expected
+    assert await _search_ids(database, shop, "sunflower crate") == ["t0"]
+    old_words = await _gin_ranked(database, shop, "crate")
+    assert old_words == ["t0"]
+
+
+async def test_another_company_sees_none_of_the_terms(database):
+    shop = await _shop(database, "terms-mine", 10, seed=3)
+    other = await create_company(database.pool, slug="terms-other", display_name="O", hostnames=("to.example",))
+    async with tenant_tx(database.pool, other.id) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM catalog_terms") == 0
+        assert (await catalog_service.search(conn, ctx_for(other), {"query": "roses"})).body["products"] == []
+    async with database.pool.acquire() as conn:  # the app role without a tenant
+        assert await conn.fetchval("SELECT count(*) FROM catalog_terms") == 0
+    assert await _search_ids(database, shop, "roses")
