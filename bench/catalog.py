@@ -168,7 +168,7 @@ async def _measure(
 
 
 class _Explained:
-    """A connection stand-in for catalog_store: every statement runs under EXPLAIN (ANALYZE,
+    """A connection stand-in for catalog_search: every statement runs under EXPLAIN (ANALYZE,
     BUFFERS) and its shared buffers (hit + read, planning included) are added up: a figure of the
     database work a search does that the machine's load does not move."""
 
