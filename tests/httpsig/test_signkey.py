@@ -17,7 +17,7 @@ from ucp_gateway.db import COMMIT_PROBE, CommitProbe, tenant_tx
 from ucp_gateway.httpsig.signkey import probe_sql
 from ucp_gateway.httpsig.web import _SIGNING_KEYS
 from ucp_gateway.keys import KekRing, compromise_key
-from ucp_gateway.keys.repository import active_signing_key_record
+from ucp_gateway.keys.active import active_signing_key_record
 from ucp_gateway.tenancy import create_company
 
 from .conftest import make_app

@@ -23,7 +23,7 @@ from ucp_gateway.keys import (
     rewrap_company,
     rotate,
 )
-from ucp_gateway.keys.repository import _ACTIVE_ONE_STATEMENT
+from ucp_gateway.keys.active import _ACTIVE_ONE_STATEMENT
 from ucp_gateway.tenancy import create_company
 
 _SET_ENC = "UPDATE company_keys SET private_enc = $2::jsonb WHERE kid = $1"

@@ -100,7 +100,7 @@ async def sign_webhook_request(
     Returns Content-Type, Content-Digest, UCP-Agent, Webhook-Id, Webhook-Timestamp,
     Signature-Input and Signature; POST ``body`` unchanged with them. Raises NoActiveKey.
     """
-    from ..keys.repository import active_signing_key
+    from ..keys.active import active_signing_key
 
     key = await active_signing_key(pool, company_id, now=now)
     return webhook_signature_headers(

@@ -99,7 +99,7 @@ async def sign_response(
     if not isinstance(body, (bytes, bytearray)):
         body = b"" if body is None else bytes(body._value)  # type: ignore[union-attr]
     if key is None:
-        from ..keys.repository import active_signing_key
+        from ..keys.active import active_signing_key
 
         key = await active_signing_key(pool, company_id, now=now)
     raw = request.get(REQ_RAW_BODY, b"")

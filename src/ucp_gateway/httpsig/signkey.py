@@ -65,7 +65,7 @@ class SigningKeys:
         """The company's active key: the cached one when ``probe`` (from :meth:`probe`) confirmed it
         at the request's last COMMIT, else :func:`~ucp_gateway.keys.active_signing_key`'s (which
         then becomes the cached one). Raises what that raises (NoActiveKey 409, KeyDecryptError 500)."""
-        from ..keys.repository import active_signing_key_record
+        from ..keys.active import active_signing_key_record
 
         hit = self._entries.get(company_id)
         if hit is not None and probe is not None and probe.status == _CONFIRMED and probe.sql == hit[1]:

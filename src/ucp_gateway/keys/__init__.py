@@ -9,6 +9,7 @@ Public API::
     KekRing, Vault, attach_vault; KeyState, KeyEvent, TRANSITIONS; ROLES, role_at_least, require_role
 """
 
+from .active import NoActiveKey, SigningKey, active_signing_key
 from .admin_tokens import (
     ROLES,
     StaffPrincipal,
@@ -22,10 +23,7 @@ from .envelope import KekRing, KeyDecryptError
 from .lifecycle import TRANSITIONS, IllegalTransition, KeyEvent, KeyState
 from .repository import (
     CompanyKey,
-    NoActiveKey,
-    SigningKey,
     Vault,
-    active_signing_key,
     advance_company,
     apply_event,
     attach_vault,

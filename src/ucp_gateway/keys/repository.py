@@ -2,7 +2,7 @@
 
 Every transition runs in one transaction with the row locked, goes through
 :func:`.lifecycle.step`, and writes a ``key_events`` row (who and why). Private keys leave this
-module only as in-memory ``cryptography`` objects inside :class:`SigningKey`.
+module encrypted; the active key's read for signing is :mod:`.active`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from ..db import tenant_tx
 from ..errors import BadRequest, Conflict, NotFound
 from .envelope import KekRing, encrypt_private_jwk, rewrap
 from .lifecycle import PUBLISHED, IllegalTransition, KeyEvent, KeyState, KeyTiming, due_events, step
-from .rfc7638 import generate_p256, private_key_from_jwk, public_jwk
+from .rfc7638 import generate_p256, public_jwk
 from .vault import Vault, attach_vault, get_vault, vault_of
 
 __all__ = [
@@ -27,11 +26,7 @@ __all__ = [
     "CompanyKey",
     "KeyNotFoundError",
     "NewKey",
-    "NoActiveKey",
-    "SigningKey",
     "Vault",
-    "active_signing_key",
-    "active_signing_key_record",
     "advance_company",
     "apply_event",
     "attach_vault",
@@ -52,10 +47,6 @@ __all__ = [
 
 class KeyNotFoundError(NotFound):
     code = "key_not_found"
-
-
-class NoActiveKey(Conflict):
-    code = "no_active_key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,20 +72,6 @@ class CompanyKey:
             "state_changed_at": self.state_changed_at.isoformat(),
             "activate_at": self.activate_at.isoformat() if self.activate_at else None,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class SigningKey:
-    """The company's active key, ready to sign. ``alg`` is the JWA name (ES256)."""
-
-    company_id: UUID
-    kid: str
-    private_key: ec.EllipticCurvePrivateKey
-    public_jwk: dict[str, Any]
-    alg: str = "ES256"
-
-    def __repr__(self) -> str:  # never print key material
-        return f"SigningKey(company_id={self.company_id}, kid={self.kid!r})"
 
 
 _COLS = "company_id, kid, state, public_jwk, kek_id, created_at, state_changed_at, activate_at"
@@ -141,70 +118,6 @@ async def published_jwks(pool: asyncpg.Pool, company_id: UUID) -> list[dict[str,
             [s.value for s in PUBLISHED],
         )
     return [dict(r["public_jwk"]) for r in rows]
-
-
-# The active key's id and stored record in ONE statement (one round trip, no BEGIN/COMMIT): the
-# tenant context is set by set_config(..., true) in the outer row, which lives as long as this
-# statement's implicit transaction; the LATERAL subquery (kept apart by OFFSET 0) is scanned only
-# after that row exists, so RLS (company_id = app_company_id()) sees the context. The explicit
-# company_id predicate makes another tenant's row impossible whatever the setting held; a context
-# not yet visible could only hide the row (fail closed), never show another (tests/keys).
-_ACTIVE_ONE_STATEMENT = (
-    "SELECT k.kid, k.private_enc::text AS record"
-    " FROM (SELECT set_config('app.company_id', $1, true) AS cid) AS ctx"
-    " CROSS JOIN LATERAL (SELECT kid, private_enc FROM company_keys"
-    " WHERE state = 'active' AND company_id = ctx.cid::uuid OFFSET 0) AS k"
-)
-
-
-async def active_signing_key(
-    pool: asyncpg.Pool,
-    company_id: UUID,
-    *,
-    vault: Vault | None = None,
-    create_if_missing: bool = True,
-    now: dt.datetime | None = None,
-) -> SigningKey:
-    """The company's active key with its decrypted private key.
-
-    Which key is active is read from the database on every call (one statement), so a lifecycle
-    change (``compromised``, ``retired``, a rotation) takes effect on the next call in every
-    replica; only the decrypted key is cached, by the vault, per exact stored record
-    (:class:`.vault.Vault`). A company that never had a key gets its first one here
-    (``create_if_missing``; nobody can have cached an older key, so it may sign at once).
-    ``vault`` defaults to the one attached to ``pool``. Raises NoActiveKey (409),
-    KeyDecryptError (500, fail closed) or ConfigError (no KEK).
-    """
-    key, _ = await active_signing_key_record(
-        pool, company_id, vault=vault, create_if_missing=create_if_missing, now=now
-    )
-    return key
-
-
-async def active_signing_key_record(
-    pool: asyncpg.Pool,
-    company_id: UUID,
-    *,
-    vault: Vault | None = None,
-    create_if_missing: bool = True,
-    now: dt.datetime | None = None,
-) -> tuple[SigningKey, str]:
-    """:func:`active_signing_key` and the stored record it was decrypted from (``private_enc::text``,
-    the exact text the vault's cache entry is keyed on). Raises as that does."""
-    v = vault or get_vault(pool)
-    cid = UUID(str(company_id))
-    r = await pool.fetchrow(_ACTIVE_ONE_STATEMENT, str(cid))
-    if r is None and create_if_missing:
-        await ensure_active_key(pool, cid, now=now or dt.datetime.now(dt.UTC), vault=v)
-        return await active_signing_key_record(pool, cid, vault=v, create_if_missing=False)
-    if r is None:
-        raise NoActiveKey("company has no active signing key")
-    kid = r["kid"]
-
-    def build(jwk: dict[str, Any]) -> SigningKey:
-        return SigningKey(cid, kid, private_key_from_jwk(jwk), public_jwk(jwk, kid))
-
-    return v.cached(cid, kid, r["record"], build), r["record"]
 
 
 async def _event(conn, company_id, kid, from_state, to_state, event, actor, reason, now) -> None:
