@@ -31,8 +31,8 @@ from ..db import Database, open_database, tenant_tx
 from ..errors import BadRequest
 from ..tenancy import get_company
 from . import catalog_store
-from .catalog_api import render_product
 from .catalog_feed import FeedError, FeedItem, parse_feed, sniff_format, to_google_tsv, to_openai_jsonl
+from .catalog_wire import render_product
 
 __all__ = ["import_items", "register"]
 

@@ -28,8 +28,8 @@ from ..errors import GatewayError
 from ..htmlpage import format_money, page
 from ..tenancy import Company
 from . import catalog_search, catalog_store
-from .catalog_api import render_product
 from .catalog_search import SearchQuery
+from .catalog_wire import render_product
 from .context import _origin, build_context, company_of
 from .service import price_state
 

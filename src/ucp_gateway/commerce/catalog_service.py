@@ -14,15 +14,8 @@ import asyncpg
 import structlog
 
 from . import catalog_search, catalog_store
-from .catalog_api import (
-    lookup_products,
-    next_cursor,
-    parse_get,
-    parse_lookup,
-    parse_search,
-    product_detail,
-    render_product,
-)
+from .catalog_api import next_cursor, parse_get, parse_lookup, parse_search
+from .catalog_wire import lookup_products, product_detail, render_product
 from .messages import error, info
 from .service import UCP_VERSION, CommerceContext, Outcome
 
