@@ -31,18 +31,10 @@ class AgentHost(Platform):
         self.media_type = DIRECTORY_MEDIA_TYPE
         self.directory_hits = 0
 
-    async def start(self):
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:  # the profile, no webhooks
         app.router.add_get("/profile/{name}.json", self.profile)
         app.router.add_get(DIRECTORY_PATH, self.directory)
         app.router.add_get("/jwks.json", self.jwks)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
-        self.base = f"http://127.0.0.1:{self.port}"
-        return self
 
     async def directory(self, request):
         self.directory_hits += 1

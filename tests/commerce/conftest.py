@@ -103,10 +103,13 @@ class Platform:
         self.profile_hits = 0
         self.stream_forever = False  # answer 200 with a body that never ends
 
-    async def start(self):
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_get("/profile/{name}.json", self.profile)
         app.router.add_post("/webhooks", self.hook)
+
+    async def start(self):
+        app = web.Application()
+        self.routes(app)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)

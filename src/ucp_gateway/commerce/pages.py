@@ -281,6 +281,21 @@ _REFUSED = {
 }
 
 
+async def _page_form(request: web.Request, shop: str, back: str, refused: str):
+    """``(form, csrf, confirmation token)`` of a checkout page's POST, or the page (titled
+    ``refused``) that refuses it: 403 sent from another site, or without both tokens and the
+    session's CSRF token."""
+    if not same_origin(request):
+        return _message(shop, refused, "This form was sent from another site.", status=403, back=back)
+    form = await request.post()
+    csrf, token = form.get("csrf_token"), form.get("confirmation_token")
+    if not isinstance(csrf, str) or not isinstance(token, str) or not tokens_equal(csrf, _csrf_of(request)):
+        return _message(
+            shop, refused, "The form's security check failed. Open the checkout again.", status=403, back=back
+        )
+    return form, csrf, token
+
+
 @_shop_page
 async def confirm_checkout(request: web.Request, company: Company) -> web.Response:
     """``POST /checkout-sessions/{id}/confirm`` (form: ``confirmation_token``, ``csrf_token``,
@@ -288,14 +303,10 @@ async def confirm_checkout(request: web.Request, company: Company) -> web.Respon
     400 without the agreement, 409 for a spent, expired or foreign token or a changed checkout."""
     shop, cid = _name(company), request.match_info["id"]
     back = f"/checkout-sessions/{cid}"
-    if not same_origin(request):
-        return _message(shop, "Not confirmed", "This form was sent from another site.", status=403, back=back)
-    form = await request.post()
-    csrf, token = form.get("csrf_token"), form.get("confirmation_token")
-    if not isinstance(csrf, str) or not isinstance(token, str) or not tokens_equal(csrf, _csrf_of(request)):
-        return _message(
-            shop, "Not confirmed", "The form's security check failed. Open the checkout again.", status=403, back=back
-        )
+    posted = await _page_form(request, shop, back, "Not confirmed")
+    if isinstance(posted, web.Response):
+        return posted
+    form, csrf, token = posted
     if form.get("agree") != "yes":
         return _message(shop, "Not confirmed", "Tick the box to agree, then confirm.", status=400, back=back)
     now = request.app[CLOCK].now()
@@ -314,14 +325,10 @@ async def pay_checkout(request: web.Request, company: Company) -> web.Response:
     """``POST /checkout-sessions/{id}/pay``: the buyer pays on the page (:mod:`.page_pay`)."""
     shop, cid = _name(company), request.match_info["id"]
     back = f"/checkout-sessions/{cid}"
-    if not same_origin(request):
-        return _message(shop, "Not paid", "This form was sent from another site.", status=403, back=back)
-    form = await request.post()
-    csrf, token = form.get("csrf_token"), form.get("confirmation_token")
-    if not isinstance(csrf, str) or not isinstance(token, str) or not tokens_equal(csrf, _csrf_of(request)):
-        return _message(
-            shop, "Not paid", "The form's security check failed. Open the checkout again.", status=403, back=back
-        )
+    posted = await _page_form(request, shop, back, "Not paid")
+    if isinstance(posted, web.Response):
+        return posted
+    form, csrf, token = posted
     refused = page_pay.pay_refusal(form, request.app[CLOCK].now())
     if refused:
         return _message(shop, "Not paid", refused, status=400, back=back)
