@@ -463,3 +463,41 @@ async def test_agent_graph_pages_render_any_display_name_as_json_and_are_reused(
     again = await client.get("/ucp/agent-graph", headers={"Host": "platform.test"})
     assert again.headers["ETag"] == first.headers["ETag"] and await again.read() == await first.read()
     assert reads == [None]
+
+
+async def test_a_walker_finds_the_next_agent_graph_page_read_ahead(aiohttp_client, database, db_settings, monkeypatch):
+    """Serving a page starts the read of the one after it (one ahead, not the rest): following
+    ``next`` finds it read; the platform document's embedded page reads nothing ahead."""
+    import ucp_gateway.discovery.graph as graph
+
+    for slug in "abcde":
+        await create_company(database.pool, slug=slug, display_name=slug.upper(), hostnames=[f"{slug}.example"])
+    reads: list = []
+    page_json = graph.page_json
+
+    async def counting(*args):
+        reads.append((args[1], args[2]))
+        return await page_json(*args)
+
+    monkeypatch.setattr(graph, "page_json", counting)
+    settings = db_settings.model_copy(update={"agent_graph_page_size": 2})
+    client = await aiohttp_client(_app(database, settings, []))
+    page = await (await client.get("/ucp/agent-graph", headers={"Host": "platform.test"})).json()
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if len(reads) == 2:
+            break
+    assert reads == [(None, 2), ("b", 2)]  # the second page read ahead, not the third
+    second = await (
+        await client.get(page["next"].split("platform.test", 1)[1], headers={"Host": "platform.test"})
+    ).json()
+    assert [c["slug"] for c in second["companies"]] == ["c", "d"] and reads[1] == ("b", 2)
+    await asyncio.sleep(0.05)
+    assert reads[2:] == [("d", 2)]
+    reads.clear()
+    import ucp_gateway.discovery.web as discovery_web
+
+    monkeypatch.setattr(discovery_web, "PROFILE_PAGE", 1)
+    await client.get("/.well-known/ucp", headers={"Host": "platform.test"})
+    await asyncio.sleep(0.05)
+    assert reads == [(None, 1)]  # the embedded first page (its size), nothing ahead

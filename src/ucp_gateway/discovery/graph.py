@@ -13,6 +13,7 @@ full-size pages).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -49,10 +50,11 @@ _log = structlog.get_logger("ucp_gateway.discovery")
 # One statement renders a page: the companies after the cursor by the slug index (one more than
 # the page, to know whether a next page exists), each one's first hostname in code-point order (as
 # Company.hostnames sorts them), and the page's ``companies`` array as compact JSON text built by
-# PostgreSQL (keys in the order slug, name, profile; strings escaped by to_json), the listed ones
-# only; with it the number of rows read, the page's last slug (the next cursor) and the slugs whose
-# settings.platform_listing is neither absent, null nor a boolean (read as unlisted, logged). No
-# Record per company, no dict, no json.dumps: a page of 1,000 is one round trip and a string.
+# PostgreSQL (keys in the order slug, name, profile; strings escaped by to_json, but the slug,
+# which migration 0001's CHECK keeps to [a-z0-9-]), the listed ones only; with it the number of
+# rows read, the page's last slug (the next cursor) and the slugs whose settings.platform_listing
+# is neither absent, null nor a boolean (read as unlisted, logged). No Record per company, no
+# dict, no json.dumps: a page of 1,000 is one round trip and a string.
 # companies and company_hosts are read under their open directory policy (migration 0001: no
 # tenant context involved), outside a transaction. Two statements so that each plan is an index
 # range scan (``$4 IS NULL OR slug > $4`` may not be, in a generic plan).
@@ -61,7 +63,7 @@ _PAGE = """WITH page AS (
     (SELECT min(h.hostname COLLATE "C") FROM company_hosts h WHERE h.company_id = c.id) AS host
   FROM companies c {where} ORDER BY c.slug LIMIT $1::int + 1
 ), shown AS (SELECT * FROM page ORDER BY slug LIMIT $1::int)
-SELECT coalesce(string_agg('{{"slug":' || to_json(slug)::text || ',"name":' || to_json(name)::text
+SELECT coalesce(string_agg('{{"slug":"' || slug || '","name":' || to_json(name)::text
     || coalesce(',"profile":' || to_json($2::text
       || CASE WHEN strpos(host, ':') > 0 THEN '[' || host || ']' ELSE host END || $3::text)::text, '')
     || '}}', ',' ORDER BY slug) FILTER (WHERE listing IS NULL OR listing IN ('null', 'true')), ''),
@@ -96,46 +98,85 @@ Page = tuple[bytes, str]
 class DirectoryPages:
     """Rendered agent-graph pages by ``(after, size, head, tail, pages)``, reused for ``ttl``
     seconds (the rendered profiles' life); at most ``capacity`` pages, the oldest evicted first
-    (not all of them). A page is bytes and its ETag: a repeated walk renders nothing."""
+    (not all of them). A page is bytes and its ETag: a repeated walk renders nothing. Concurrent
+    requests for one page share one read. Asked with ``ahead``, the page after it is read at once
+    in the background (one page ahead, never more): a walker following ``next`` finds it read, or
+    on its way, while the page it has travels and is parsed."""
 
     def __init__(self, ttl: float, capacity: int = 1024):
         self.ttl, self.capacity = ttl, capacity
-        self._entries: dict[tuple[Any, ...], tuple[float, Page]] = {}
+        # key -> (expires, page, the next page's cursor or None)
+        self._entries: dict[tuple[Any, ...], tuple[float, Page, str | None]] = {}
+        self._inflight: dict[tuple[Any, ...], asyncio.Task[tuple[float, Page, str | None]]] = {}
 
-    async def get(self, pool: asyncpg.Pool, after: str | None, size: int, head: str, tail: str, pages: str) -> Page:
+    async def get(
+        self, pool: asyncpg.Pool, after: str | None, size: int, head: str, tail: str, pages: str, ahead: bool = False
+    ) -> Page:
         """The page of ``size`` companies after ``after`` (:func:`page_json`), its ``next`` link
         ``pages?cursor=...`` and ``pages`` itself: ``{"companies": [...], "next": url | None,
-        "pages": url}`` as compact JSON bytes, and its ETag."""
-        key, now = (after, size, head, tail, pages), time.monotonic()
+        "pages": url}`` as compact JSON bytes, and its ETag. Raises what the read raises."""
+        key = (after, size, head, tail, pages)
         hit = self._entries.get(key)
-        if hit is not None and now < hit[0]:
-            return hit[1]
+        if hit is None or time.monotonic() >= hit[0]:
+            hit = await asyncio.shield(self._reading(pool, key))
+        if ahead and hit[2] is not None:
+            following = (hit[2], size, head, tail, pages)
+            known = self._entries.get(following)
+            if known is None or time.monotonic() >= known[0]:
+                self._reading(pool, following)
+        return hit[1]
+
+    def _reading(self, pool: asyncpg.Pool, key: tuple[Any, ...]) -> asyncio.Task[tuple[float, Page, str | None]]:
+        task = self._inflight.get(key)
+        if task is None:
+            task = self._inflight[key] = asyncio.ensure_future(self._read(pool, key))
+            task.add_done_callback(lambda t: self._done(key, t))
+        return task
+
+    async def _read(self, pool: asyncpg.Pool, key: tuple[Any, ...]) -> tuple[float, Page, str | None]:
+        after, size, head, tail, pages = key
+        started = time.monotonic()  # the page is as old as its read
         companies, more, last = await page_json(pool, after, size, head, tail)
-        next_url = json.dumps(pages + "?cursor=" + quote(encode_cursor(last))) if more and last else "null"
+        following = last if more else None
+        next_url = json.dumps(pages + "?cursor=" + quote(encode_cursor(following))) if following else "null"
         body = f'{{"companies":[{companies}],"next":{next_url},"pages":{json.dumps(pages)}}}'.encode()
-        page = (body, make_etag(body))
+        entry = (started + self.ttl, (body, make_etag(body)), following)
         entries = self._entries
         entries.pop(key, None)  # re-inserted last: the oldest pages are the first in the dict
         while len(entries) >= self.capacity:
             del entries[next(iter(entries))]
-        entries[key] = (now + self.ttl, page)
-        return page
+        entries[key] = entry
+        return entry
+
+    def _done(self, key: tuple[Any, ...], task: asyncio.Task[Any]) -> None:
+        self._inflight.pop(key, None)
+        if not task.cancelled() and task.exception() is not None:  # retrieved: a page read ahead has no waiter
+            _log.warning("agent_graph_page_failed", error=type(task.exception()).__name__)
+
+    async def close(self) -> None:
+        """Cancel the reads on their way (at cleanup: the pool is closing)."""
+        tasks = list(self._inflight.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 PAGES = web.AppKey("ucpgw.directory_pages", DirectoryPages)
 PLATFORM = web.AppKey("ucpgw.platform_node", PlatformNode)  # where the graph is served, its origin
 
 
-async def rendered_page(app: web.Application, after: str | None, size: int | None = None) -> Page:
+async def rendered_page(app: web.Application, after: str | None, size: int | None = None, ahead: bool = False) -> Page:
     """The page of ``size`` companies (``agent_graph_page_size`` by default) after the cursor
-    ``after``, rendered (:meth:`DirectoryPages.get`). Every URL in it from the configuration
-    (``app[PLATFORM]``: the platform origin, the companies' public port), none from the request."""
+    ``after``, rendered (:meth:`DirectoryPages.get`; ``ahead``: the next page read meanwhile).
+    Every URL in it from the configuration (``app[PLATFORM]``: the platform origin, the companies'
+    public port), none from the request."""
     settings, platform = app[SETTINGS], app[PLATFORM]
     size = settings.agent_graph_page_size if size is None else size
     scheme = settings.public_scheme
     head = scheme + "://"  # a company hostname has no port: the public one
     tail = public_origin(scheme, "h", platform.link_port)[len(head) + 1 :] + "/.well-known/ucp"  # ":port" or ""
-    return await app[PAGES].get(app[DATABASE].pool, after, size, head, tail, f"{platform.origin}/ucp/agent-graph")
+    pages = f"{platform.origin}/ucp/agent-graph"
+    return await app[PAGES].get(app[DATABASE].pool, after, size, head, tail, pages, ahead)
 
 
 async def graph_page(app: web.Application, after: str | None, size: int | None = None) -> dict[str, Any]:
@@ -160,5 +201,5 @@ async def agent_graph(request: web.Request) -> web.Response:
         after = decode_cursor(cursor) if cursor else None
     except GatewayError as exc:
         return json_response(exc.to_body(), status=exc.http_status)
-    body, etag = await rendered_page(request.app, after)
+    body, etag = await rendered_page(request.app, after, ahead=True)  # a walker asks for the next one next
     return hosted(request, body, etag, "application/json", request.app[SETTINGS].profile_max_age)

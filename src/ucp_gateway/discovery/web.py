@@ -340,6 +340,7 @@ def _document_handler(kind: str) -> Callable[[web.Request], Awaitable[web.Respon
 
 async def _close_fetcher(app: web.Application) -> None:
     await app[PROFILE_FETCHER].close()
+    await app[PAGES].close()
 
 
 def setup(app: web.Application) -> None:
