@@ -32,7 +32,7 @@ from aiohttp import web
 from .. import __version__, metrics
 from ..appkeys import DATABASE, REQ_PRINCIPAL, SETTINGS
 from ..commerce.context import UNVERIFIED
-from ..errors import GatewayError
+from ..errors import Forbidden, Unauthorized
 from ..httpsig.errors import SignatureMissing
 from ..httpsig.web import count_policy_refusal, effective_mode, mark_for_signing
 from ..levels import ProofKind
@@ -72,21 +72,11 @@ async def principal_for(request: web.Request, company: Any) -> Principal | None:
     if auth:
         p = await app[VERBS].authenticator(app[DATABASE].pool, company, auth, request)
         if p is None:
-            raise _Unauthorized("the bearer token is not valid for this company")
+            raise Unauthorized("the bearer token is not valid for this company")
         return replace(p, transport=SURFACE)
     if getattr(verified, "authenticated", False) and getattr(verified, "profile_url", None):
         return Principal("buyer", company.id, "buyer", str(verified.profile_url), SURFACE)
     return None
-
-
-class _Unauthorized(GatewayError):
-    code = "unauthorized"
-    http_status = 401
-
-
-class _Forbidden(GatewayError):
-    code = "forbidden"
-    http_status = 403
 
 
 def _negotiate(requested: Any) -> str:
@@ -181,7 +171,7 @@ class Handlers:
             if self.principal.kind == "buyer":
                 profile = profile_from_meta(arguments, allow_http=self.settings.dev_mode)
                 if profile != self.principal.subject:  # UCP N9: the signer acts only for its own profile
-                    raise _Forbidden('meta["ucp-agent"].profile differs from the signing agent\'s profile')
+                    raise Forbidden('meta["ucp-agent"].profile differs from the signing agent\'s profile')
             return self.principal
         profile = profile_from_meta(arguments, allow_http=self.settings.dev_mode)
         # unsigned: the profile is only claimed, a separate identity (commerce.context.caller_of)
