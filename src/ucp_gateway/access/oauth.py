@@ -179,11 +179,17 @@ def _now(request: web.Request) -> dt.datetime:
     return (request.app.get(CLOCK) or SystemClock()).now()
 
 
-async def token_handler(request: web.Request) -> web.Response:
+def _endpoint(request: web.Request):
+    """``(company, basic)`` of a request on a token endpoint: the host's company (404 without one)
+    and whether the client authenticates with HTTP Basic (a 401 then asks for Basic, not Bearer)."""
     company = request.get(REQ_COMPANY)
     if company is None:
         raise web.HTTPNotFound()
-    basic = request.headers.get("Authorization", "")[:6].lower() == "basic "
+    return company, request.headers.get("Authorization", "")[:6].lower() == "basic "
+
+
+async def token_handler(request: web.Request) -> web.Response:
+    company, basic = _endpoint(request)
     try:
         params = await _params(request)
         if params.get("grant_type") != "client_credentials":
@@ -208,10 +214,7 @@ async def token_handler(request: web.Request) -> web.Response:
 
 async def revoke_handler(request: web.Request) -> web.Response:
     """RFC 7009: the client revokes one of its tokens; 200 whatever the token was (§2.2)."""
-    company = request.get(REQ_COMPANY)
-    if company is None:
-        raise web.HTTPNotFound()
-    basic = request.headers.get("Authorization", "")[:6].lower() == "basic "
+    company, basic = _endpoint(request)
     try:
         params = await _params(request)
         token = params.get("token")
