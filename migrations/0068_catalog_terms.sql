@@ -6,15 +6,21 @@
 -- catalog_terms holds one row per (company, lexeme, product), the lexemes of the product's search
 -- document. Its primary key walks one company's products of one lexeme in product order, so a
 -- conjunction of words is a merge join of ordered index-only scans that stops at its LIMIT
--- (commerce/catalog_store.py, the term path). Kept true by statement triggers on catalog_products
--- (transition tables: an import batch writes its terms in one statement; a price or stock refresh,
--- which leaves the search document as it was, writes none).
+-- (commerce/catalog_search.py, the term path). The product's filter columns ride along (INCLUDE):
+-- a price or availability filter is checked in the index-only scan, and only the products that
+-- pass are read. Kept true by statement triggers on catalog_products (transition tables: an import
+-- batch writes its terms in one statement; a refresh that changes neither the search document nor
+-- a filter column, such as a stock change that keeps the product in stock, writes none).
 
 CREATE TABLE catalog_terms (
     company_id uuid NOT NULL,
     lexeme     text NOT NULL,
     product_id text NOT NULL,
-    PRIMARY KEY (company_id, lexeme, product_id)
+    min_price  bigint,
+    max_price  bigint,
+    currency   char(3),
+    available  boolean NOT NULL,
+    PRIMARY KEY (company_id, lexeme, product_id) INCLUDE (min_price, max_price, currency, available)
 );
 SELECT tenant_table('catalog_terms');
 GRANT SELECT, INSERT, DELETE ON catalog_terms TO ucp_app;
@@ -22,20 +28,22 @@ GRANT SELECT, INSERT, DELETE ON catalog_terms TO ucp_app;
 CREATE FUNCTION catalog_terms_sync() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO catalog_terms (company_id, lexeme, product_id)
-        SELECT n.company_id, l, n.id FROM new_rows n, unnest(tsvector_to_array(n.search)) l
+        INSERT INTO catalog_terms (company_id, lexeme, product_id, min_price, max_price, currency, available)
+        SELECT n.company_id, l, n.id, n.min_price, n.max_price, n.currency, n.available FROM new_rows n, unnest(tsvector_to_array(n.search)) l
         ON CONFLICT DO NOTHING;
     ELSIF TG_OP = 'DELETE' THEN
         DELETE FROM catalog_terms t USING old_rows o WHERE t.company_id = o.company_id AND t.product_id = o.id;
-    ELSE  -- only the rows whose search document (or id) changed
+    ELSE  -- only the rows whose search document, filter columns (or id) changed
         DELETE FROM catalog_terms t USING old_rows o
         WHERE t.company_id = o.company_id AND t.product_id = o.id
           AND NOT EXISTS (SELECT 1 FROM new_rows n
-                          WHERE n.company_id = o.company_id AND n.id = o.id AND n.search = o.search);
-        INSERT INTO catalog_terms (company_id, lexeme, product_id)
-        SELECT n.company_id, l, n.id FROM new_rows n, unnest(tsvector_to_array(n.search)) l
+                          WHERE n.company_id = o.company_id AND n.id = o.id AND (n.search, n.min_price, n.max_price, n.currency, n.available)
+                              IS NOT DISTINCT FROM (o.search, o.min_price, o.max_price, o.currency, o.available));
+        INSERT INTO catalog_terms (company_id, lexeme, product_id, min_price, max_price, currency, available)
+        SELECT n.company_id, l, n.id, n.min_price, n.max_price, n.currency, n.available FROM new_rows n, unnest(tsvector_to_array(n.search)) l
         WHERE NOT EXISTS (SELECT 1 FROM old_rows o
-                          WHERE o.company_id = n.company_id AND o.id = n.id AND o.search = n.search)
+                          WHERE o.company_id = n.company_id AND o.id = n.id AND (n.search, n.min_price, n.max_price, n.currency, n.available)
+                              IS NOT DISTINCT FROM (o.search, o.min_price, o.max_price, o.currency, o.available))
         ON CONFLICT DO NOTHING;
     END IF;
     RETURN NULL;
@@ -55,8 +63,8 @@ DECLARE c uuid;
 BEGIN
     FOR c IN SELECT id FROM companies LOOP
         PERFORM set_config('app.company_id', c::text, true);
-        INSERT INTO catalog_terms (company_id, lexeme, product_id)
-        SELECT p.company_id, l, p.id FROM catalog_products p, unnest(tsvector_to_array(p.search)) l
+        INSERT INTO catalog_terms (company_id, lexeme, product_id, min_price, max_price, currency, available)
+        SELECT p.company_id, l, p.id, p.min_price, p.max_price, p.currency, p.available FROM catalog_products p, unnest(tsvector_to_array(p.search)) l
         WHERE p.company_id = c
         ON CONFLICT DO NOTHING;
     END LOOP;

@@ -87,27 +87,46 @@ async def test_plain_words_find_exactly_the_websearch_matches_in_rank_order(data
     assert cheap == await _gin_ranked(database, shop, "red roses", "p.min_price <= 800 AND p.available")
 
 
-async def test_terms_follow_edits_and_deletes_but_not_price_or_stock_refreshes(database):
+async def test_terms_follow_edits_prices_stock_and_deletes_and_nothing_else(database):
     shop = await _shop(database, "terms-follow", 5, seed=9)
+    terms = "SELECT lexeme, min_price, available, xmin::text FROM catalog_terms WHERE product_id = $1 ORDER BY 1"
+    variant = "SELECT id FROM products WHERE product_id = $1"
     async with tenant_tx(database.pool, shop.id) as conn:
         await conn.execute("UPDATE catalog_products SET title = 'Sunflower crate' WHERE id = 't0'")
         assert (
             await conn.fetchval("SELECT count(*) FROM catalog_terms WHERE product_id = 't0' AND lexeme = 'crate'") == 1
         )
-        before = await conn.fetch("SELECT lexeme, xmin::text FROM catalog_terms WHERE product_id = 't1' ORDER BY 1")
-        await conn.execute("UPDATE products SET price = price + 1 WHERE product_id = 't1'")  # refresh of t1
         await conn.execute(
-            "UPDATE inventory SET quantity = 0 WHERE product_id IN (SELECT id FROM products WHERE product_id = 't1')"
+            "UPDATE inventory SET quantity = 4 WHERE product_id = ($1)", await conn.fetchval(variant, "t1")
         )
-        after = await conn.fetch("SELECT lexeme, xmin::text FROM catalog_terms WHERE product_id = 't1' ORDER BY 1")
-        assert before == after and before  # the same rows, not rewritten
+        before = await conn.fetch(terms, "t1")
+        await conn.execute(
+            "UPDATE inventory SET quantity = 9 WHERE product_id = $1", await conn.fetchval(variant, "t1")
+        )
+        assert await conn.fetch(terms, "t1") == before and before  # still in stock: not rewritten
+        await conn.execute("UPDATE products SET price = 7 WHERE product_id = 't1'")
+        await conn.execute(
+            "UPDATE inventory SET quantity = 0 WHERE product_id = $1", await conn.fetchval(variant, "t1")
+        )
+        after = await conn.fetch(terms, "t1")
+        assert [r["lexeme"] for r in after] == [r["lexeme"] for r in before]
+        assert {(r["min_price"], r["available"]) for r in after} == {(7, False)}
         await conn.execute("DELETE FROM catalog_products WHERE id = 't2'")
         assert await conn.fetchval("SELECT count(*) FROM catalog_terms WHERE product_id = 't2'") == 0
-        expected = await conn.fetchval("SELECT count(*) FROM catalog_products, unnest(tsvector_to_array(search))")
+        expected = await conn.fetchval(
+            "SELECT count(*) FROM catalog_products p, unnest(tsvector_to_array(p.search)) l JOIN catalog_terms t"
+            " ON t.lexeme = l WHERE t.product_id = p.id AND t.company_id = p.company_id"
+            " AND (t.min_price, t.max_price, t.currency, t.available) IS NOT DISTINCT FROM"
+            " (p.min_price, p.max_price, p.currency, p.available)"
+        )
         assert await conn.fetchval("SELECT count(*) FROM catalog_terms") == expected
     assert await _search_ids(database, shop, "sunflower crate") == ["t0"]
-    old_words = await _gin_ranked(database, shop, "crate")
-    assert old_words == ["t0"]
+    assert await _gin_ranked(database, shop, "crate") == ["t0"]
+    for filters, where in (({"available": True}, "p.available"), ({"price": {"max": 100}}, "p.min_price <= 100")):
+        for word in WORDS:
+            assert await _search_ids(database, shop, word, filters=filters) == await _gin_ranked(
+                database, shop, word, where
+            ), (word, filters)
 
 
 async def test_another_company_sees_none_of_the_terms(database):

@@ -91,22 +91,29 @@ def term_words(text: str) -> int:
     return 0 if any(w.lower() == "or" for w in words) else len(words)
 
 
+#: the product columns catalog_terms carries (migration 0068): filters on them need no product read
+_TERM_COLUMNS = ("p.min_price ", "p.max_price ", "p.currency ", "p.available ")
+
+
 def _term_candidates(words: int, where: list[str], key: str) -> str:
     """The candidate CTE of the term path: products having every lexeme of $2 (one ordered
     index-only scan of catalog_terms per word, merge-joined, in product id order), filtered, the
-    first RANK_CANDIDATES of them. The query's lexemes and tsquery are computed once (``q``); a
-    word that is a stop word or repeats another's lexeme joins the first lexeme again (harmless)."""
+    first RANK_CANDIDATES of them. Filters on the price range, currency and availability are
+    checked on the first scan's entries (they carry those columns); only what passes is read from
+    catalog_products. The query's lexemes and tsquery are computed once (``q``); a word that is a
+    stop word or repeats another's lexeme joins the first lexeme again (harmless)."""
     joins = "".join(
         f" JOIN catalog_terms t{i} ON t{i}.company_id = t1.company_id AND t{i}.product_id = t1.product_id"
         f" AND t{i}.lexeme = (SELECT coalesce(q.l[{i}], q.l[1]) FROM q)"
         for i in range(2, words + 1)
     )
+    conds = [("t1." + w[2:]) if w.startswith(_TERM_COLUMNS) else w for w in where]
     return (
         "q AS MATERIALIZED (SELECT websearch_to_tsquery('english'::regconfig, $2::text) AS tsq,"
         " tsvector_to_array(to_tsvector('english'::regconfig, $2::text)) AS l),"
         f" m AS MATERIALIZED (SELECT p.id, {key} AS sort_key FROM catalog_terms t1{joins}"
         " JOIN catalog_products p ON p.company_id = t1.company_id AND p.id = t1.product_id"
-        f" WHERE t1.lexeme = (SELECT q.l[1] FROM q) AND {' AND '.join(where)}"
+        f" WHERE t1.lexeme = (SELECT q.l[1] FROM q) AND {' AND '.join(conds)}"
         f" ORDER BY t1.product_id LIMIT {RANK_CANDIDATES})"
     )
 
