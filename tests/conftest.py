@@ -2,12 +2,15 @@
 
 With ``DATABASE_URL`` set, tests run against that server (its user must be able to create databases
 and roles); otherwise one embedded PostgreSQL (pgserver) is started in a temporary directory.
-Each test that asks for ``database`` gets its own database cloned from a migrated template.
+Each test that asks for ``database`` gets its own database cloned from a migrated template; the
+next test's clone is made while a test runs and a used one is dropped in the background
+(:class:`_Clones`), so a test waits for neither (a clone and a drop took ~0.3 s of each test).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -114,10 +117,53 @@ async def _drop_db(base_dsn: str, name: str) -> None:
         await conn.close()
 
 
+class _Clones:
+    """Fresh databases cloned from a template one test ahead: :meth:`take` hands out the clone made
+    meanwhile (or makes one) and starts the next; :meth:`give_back` drops a used one in the
+    background. Each test still gets a database nobody used before; only the waiting moves."""
+
+    def __init__(self, base_dsn: str) -> None:
+        self.base_dsn = base_dsn
+        self.ahead: dict[str, asyncio.Task[str]] = {}  # template -> the next test's clone
+        self.drops: set[asyncio.Task[None]] = set()
+
+    async def take(self, template: str) -> str:
+        task = self.ahead.pop(template, None)
+        name = None
+        if task is not None:
+            with contextlib.suppress(Exception):  # a failed clone ahead: make one now, failing loudly
+                name = await task
+        if name is None:
+            name = await _new_db(self.base_dsn, template)
+        self.ahead[template] = asyncio.create_task(_new_db(self.base_dsn, template))
+        return name
+
+    def give_back(self, name: str) -> None:
+        task = asyncio.create_task(_drop_db(self.base_dsn, name))
+        self.drops.add(task)
+        task.add_done_callback(self.drops.discard)
+
+    async def close(self) -> None:
+        for task in self.ahead.values():
+            with contextlib.suppress(Exception):
+                self.give_back(await task)
+        self.ahead.clear()
+        await asyncio.gather(*self.drops, return_exceptions=True)
+
+
+@pytest.fixture(scope="session")
+async def _clones(pg_base_dsn) -> AsyncIterator[_Clones]:
+    clones = _Clones(pg_base_dsn)
+    try:
+        yield clones
+    finally:
+        await clones.close()
+
+
 @pytest.fixture
-async def db_settings(pg_base_dsn, template_db, tmp_path) -> AsyncIterator[Settings]:
+async def db_settings(pg_base_dsn, template_db, _clones, tmp_path) -> AsyncIterator[Settings]:
     """Settings pointing at a fresh, migrated database of its own (dropped afterwards)."""
-    name = await _new_db(pg_base_dsn, template_db)
+    name = await _clones.take(template_db)
     try:
         yield Settings(
             database_url=with_database(pg_base_dsn, name),
@@ -128,7 +174,7 @@ async def db_settings(pg_base_dsn, template_db, tmp_path) -> AsyncIterator[Setti
             platform_hosts=("platform.test",),  # the tests' platform node; any other unbound Host is a 404
         )
     finally:
-        await _drop_db(pg_base_dsn, name)
+        _clones.give_back(name)
 
 
 @pytest.fixture
