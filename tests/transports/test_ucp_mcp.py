@@ -106,8 +106,10 @@ async def test_protocol_errors_are_jsonrpc(gateway):
     assert status == 401 and body["error"]["code"] == -32000 and body["id"] == 4
     status, body, _ = await _post(gateway, call, {"MCP-Protocol-Version": "1999-01-01"})
     assert status == 400 and body["error"]["code"] == -32022 and body["id"] == 4  # MCP 2026-07-28's code
-    assert body["error"]["data"] == {"supported": ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"],
-                                     "requested": "1999-01-01"}
+    assert body["error"]["data"] == {
+        "supported": ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"],
+        "requested": "1999-01-01",
+    }
     status, body, _ = await _post(gateway, [call], {"MCP-Protocol-Version": "2025-11-25"})
     assert status == 400 and body["error"]["code"] == -32600
     status, body, _ = await _post(gateway, call, {"Origin": "https://evil.example"})

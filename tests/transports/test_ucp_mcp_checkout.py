@@ -309,8 +309,13 @@ async def test_every_mcp_complete_response_is_signed(signed_shop, database):
             "method": "tools/call",
             "params": {
                 "name": "complete_checkout",
-                "arguments": {"meta": _meta(agent, str(uuid.uuid4())), "id": "chk_nope", "checkout": {"payment": {
-                    "instruments": [{"id": "i1", "handler_id": "mock_payment_handler", "type": "card"}]}}},
+                "arguments": {
+                    "meta": _meta(agent, str(uuid.uuid4())),
+                    "id": "chk_nope",
+                    "checkout": {
+                        "payment": {"instruments": [{"id": "i1", "handler_id": "mock_payment_handler", "type": "card"}]}
+                    },
+                },
             },
         }
         resp = await http.post(base + "/ucp/mcp", json=call)
