@@ -19,7 +19,7 @@ from ucp_gateway.db import tenant_tx
 from ucp_gateway.httpsig.jwkalg import der_signature
 from ucp_gateway.httpsig.rfc9421 import RequestView, ResponseView
 from ucp_gateway.httpsig.signing import sign_response_view
-from ucp_gateway.toolkit.doctor import check_document, check_key
+from ucp_gateway.toolkit.doctor import check_document, check_endpoint, check_key, probe_url
 from ucp_gateway.transports.agentkey import agent_key_from_jwk, generate_agent_jwk
 from ucp_gateway.versions import capability_entries
 
@@ -91,6 +91,7 @@ async def broken():
         "nocache": (_doc, {}),
         "offcurve": (lambda b: {**_doc(b), "signing_keys": [_off_curve(PUB)]}, cache),
         "shape": (lambda b: _doc(b, "2026-08-25"), cache),  # an 08-25 profile without keys[]
+        "noapi": (lambda b: _doc(b + "/nowhere"), cache),  # a REST endpoint with nothing behind it
     }
 
     async def profile(request):
@@ -116,8 +117,12 @@ async def broken():
         view.headers["Signature"] = f"{label}=:{base64.b64encode(der_signature(raw, 32)).decode()}:"
         return web.Response(status=201, body=body, headers=view.headers)
 
+    async def get_checkout(request):  # as a shop that wants signatures answers an unsigned Get Checkout
+        return web.json_response({"code": "signature_missing"}, status=401)
+
     app.router.add_post("/{case}/ucp/v1/checkout-sessions", der_checkout)
-    app.router.add_route("*", "/{case}/ucp/v1/", not_found)
+    app.router.add_get("/{case}/ucp/v1/checkout-sessions/{id}", get_checkout)
+    app.router.add_route("*", "/{tail:.*}", not_found)  # anything else: the JSON 404 a gateway answers
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -135,6 +140,7 @@ async def broken():
         ("redirect", "redirect", ()),
         ("shape", "version_shape", ()),
         ("der", "response_signature", ("--roundtrip", "pot_ceramic")),
+        ("noapi", "endpoint", ()),  # a JSON 404 was once marked ok
     ],
 )
 async def test_each_defect_is_found_and_named(broken, case, check, extra):
@@ -146,6 +152,16 @@ async def test_each_defect_is_found_and_named(broken, case, check, extra):
         assert "DER" in msg
     p = await asyncio.to_thread(doctor, f"{broken}/good/.well-known/ucp", "--allow-http")
     assert "error" not in worst(p)[1], p.stdout  # the same document, served right, has none
+
+
+def test_endpoint_probe_and_status_pure():
+    assert probe_url("https://s.example/ucp/v1/", "rest") == "https://s.example/ucp/v1/checkout-sessions/doctor-probe"
+    assert probe_url("https://s.example/ucp/mcp", "mcp") == "https://s.example/ucp/mcp"
+    j = "application/json"
+    assert [check_endpoint("s", "rest", "u", st, j).severity for st in (200, 401, 405, 404, 410, 500, 503)] == [
+        "ok", "ok", "ok", "error", "error", "error", "error"]  # fmt: skip
+    assert check_endpoint("s", "rest", "u", 200, "text/html").severity == "warning"
+    assert check_endpoint("s", "rest", "u", 404, "text/html").severity == "error"
 
 
 def test_key_and_document_checks_pure():

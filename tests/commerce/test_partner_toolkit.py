@@ -95,6 +95,7 @@ async def test_sign_send_creates_a_checkout_and_verifies_the_answer(shop, agent,
     assert out["body"]["ucp"]["version"] == agent.version  # answered in the platform's own version
     assert out["response_signature"]["verdict"]["ok"], out["response_signature"]
     assert out["response_signature"]["verdict"]["kid"] in out["headers"]["Signature-Input"]
+    assert p.stdout.endswith("}\n")  # --json ends its last line too
 
     # without --send: the headers a partner adds to its own request
     p = await cli("sign", target, "-d", f"@{body}", "--key", agent.key_file, "--profile", agent.profile_url)
@@ -106,6 +107,11 @@ async def test_sign_send_creates_a_checkout_and_verifies_the_answer(shop, agent,
     p = await cli("sign", target, "-d", f"@{body}", "--key", agent.key_file, "--profile", agent.profile_url + "x",
                   "--send")  # fmt: skip
     assert p.returncode == 1 and "HTTP 4" in p.stdout
+    assert p.stdout.endswith("}\n") and p.stderr.endswith("\n")  # the answer's body, then a newline
+    # the text form of a signed send: status line, headers, body, each output ending its last line
+    p = await cli("sign", target, "-d", f"@{body}", "--key", agent.key_file, "--profile", agent.profile_url, "--send")
+    assert p.returncode == 0 and p.stdout.startswith("HTTP 201\n"), p.stderr + p.stdout
+    assert p.stdout.endswith("}\n") and p.stderr.endswith("\n") and "verdict: valid" in p.stderr, (p.stdout, p.stderr)
 
 
 async def test_verify_accepts_what_the_gateway_signed_and_refuses_tampering(shop, agent, tmp_path):

@@ -188,6 +188,27 @@ async def _document(url: str, kind: str, allow_http: bool, expect: str | None, o
     return doc
 
 
+PROBE_ID = "doctor-probe"  # a checkout id nobody has: an existing REST binding answers 200 not_found or 401
+
+
+def probe_url(endpoint: str, transport: Any) -> str:
+    """What ``GET`` probes an advertised endpoint at: a REST binding's base is a prefix, not a
+    resource (a real one may well answer 404), so its Get Checkout route is asked for an unknown
+    id; any other transport's endpoint itself."""
+    if transport == "rest":
+        return endpoint.rstrip("/") + "/checkout-sessions/" + PROBE_ID
+    return endpoint
+
+
+def check_endpoint(name: str, transport: Any, url: str, status: int, ctype: str) -> Finding:
+    """The finding for probing ``url`` (:func:`probe_url`): a 404 or 410 (nothing there) or a 5xx
+    is an error whatever its media type; otherwise ok when JSON, a warning when not."""
+    sev = "error" if status in (404, 410) or status >= 500 else "ok" if ctype == "application/json" else "warning"
+    return _f(
+        sev, "endpoint", f"{name} {transport} {url}: {status} {ctype or 'no media type'}", "UCP overview, Services"
+    )
+
+
 async def _endpoints(doc: dict, out: list[Finding]) -> list[str]:
     rest = []
     services = (doc.get("ucp") or {}).get("services") or {}
@@ -196,16 +217,16 @@ async def _endpoints(doc: dict, out: list[Finding]) -> list[str]:
             url = e.get("endpoint") if isinstance(e, dict) else None
             if not isinstance(url, str):
                 continue
+            probe = probe_url(url, e.get("transport"))
             try:
-                status, headers, _b = await _get(url.rstrip("/") + ("/" if e.get("transport") == "rest" else ""))
+                status, headers, _b = await _get(probe)
             except (aiohttp.ClientError, TimeoutError) as exc:
-                out.append(_f("error", "endpoint", f"{name} {e.get('transport')} {url}: {exc.__class__.__name__}",
+                out.append(_f("error", "endpoint", f"{name} {e.get('transport')} {probe}: {exc.__class__.__name__}",
                               "UCP overview, Services"))  # fmt: skip
                 continue
-            ctype = headers.get("Content-Type", "").split(";")[0]
-            sev = "ok" if ctype == "application/json" else "warning"
-            out.append(_f(sev, "endpoint", f"{name} {e.get('transport')} {url}: {status} {ctype or 'no media type'}",
-                          "UCP overview, Services"))  # fmt: skip
+            out.append(
+                check_endpoint(name, e.get("transport"), probe, status, headers.get("Content-Type", "").split(";")[0])
+            )
             if e.get("transport") == "rest":
                 rest.append(url)
     return rest
