@@ -152,7 +152,8 @@ async def test_no_context_sees_no_rows_in_any_tenant_table(database, db_settings
     finally:
         await owner.close()
     assert {"products", "webhook_queue", "subagents"} <= set(filled)
-    filled = [t for t in filled if t != "company_hosts"]  # the host directory is public by design
+    # the host directory and the agent-graph directory (migration 0140) are public by design
+    filled = [t for t in filled if t not in ("company_hosts", "company_directory")]
     async with platform_tx(database.pool) as conn:
         visible = {t: await conn.fetchval(f'SELECT count(*) FROM "{t}"') for t in filled}
     assert visible == dict.fromkeys(filled, 0)

@@ -1,19 +1,19 @@
 """The agent graph: the platform's companies in keyset pages (``GET /ucp/agent-graph?cursor=...``
 and the first page inside the platform node's ``/.well-known/ucp``).
 
-A page is one statement that reads only its own rows (the companies after the cursor by the slug
-index, then each one's first hostname) and returns the page's companies already as JSON text (no
-Company objects, no Records per company, no settings copies): the gateway adds the ``next`` and
-``pages`` links and keeps the page as bytes and ETag, reused for ``ttl`` seconds per ``(cursor,
-size)`` and evicted oldest first when the cache is full. Page size: ``agent_graph_page_size``
-(default 1,000: ten pages for ten thousand companies); the platform node's document embeds a first
-page of at most ``PROFILE_PAGE`` companies so that it stays small (its ``next`` cursor leads to the
-full-size pages).
+A page is one statement that reads only its own rows (a range of the directory's slug index,
+migration 0140: each company's slug, name, listing and first hostname, kept there by triggers) and
+returns the page's companies already as JSON text (no Company objects, no Records per company, no
+settings copies): the gateway adds the ``next`` and ``pages`` links and keeps the page as bytes and
+ETag in the one single-flight cache (``ucp_gateway.flightcache``), reused for ``ttl`` seconds per
+``(cursor, size)`` and evicted least recently asked first when the cache is full. Page size:
+``agent_graph_page_size`` (default 1,000: ten pages for ten thousand companies); the platform
+node's document embeds a first page of at most ``PROFILE_PAGE`` companies so that it stays small
+(its ``next`` cursor leads to the full-size pages).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any
@@ -25,6 +25,7 @@ from aiohttp import web
 
 from ..appkeys import DATABASE, REQ_COMPANY, SETTINGS
 from ..errors import GatewayError, NotFound
+from ..flightcache import FlightCache
 from ..mediatype import json_response
 from ..tenancy import normalize_host, public_origin, resolve_host, valid_host_header
 from .builder import decode_cursor, encode_cursor
@@ -47,21 +48,20 @@ __all__ = [
 PROFILE_PAGE = 100
 _log = structlog.get_logger("ucp_gateway.discovery")
 
-# One statement renders a page: the companies after the cursor by the slug index (one more than
-# the page, to know whether a next page exists), each one's first hostname in code-point order (as
-# Company.hostnames sorts them), and the page's ``companies`` array as compact JSON text built by
-# PostgreSQL (keys in the order slug, name, profile; strings escaped by to_json, but the slug,
-# which migration 0001's CHECK keeps to [a-z0-9-]), the listed ones only; with it the number of
-# rows read, the page's last slug (the next cursor) and the slugs whose settings.platform_listing
-# is neither absent, null nor a boolean (read as unlisted, logged). No Record per company, no
-# dict, no json.dumps: a page of 1,000 is one round trip and a string.
-# companies and company_hosts are read under their open directory policy (migration 0001: no
-# tenant context involved), outside a transaction. Two statements so that each plan is an index
+# One statement renders a page: the companies after the cursor in the directory (migration 0140:
+# one row per company with its slug, name, platform_listing and first hostname in code-point order,
+# as Company.hostnames sorts them, kept by triggers; the page is a range of its slug index, which
+# holds every column read), one more than the page, to know whether a next page exists, and the
+# page's ``companies`` array as compact JSON text built by PostgreSQL (keys in the order slug,
+# name, profile; strings escaped by to_json, but the slug, which migration 0001's CHECK keeps to
+# [a-z0-9-]), the listed ones only; with it the number of rows read, the page's last slug (the next
+# cursor) and the slugs whose settings.platform_listing is neither absent, null nor a boolean (read
+# as unlisted, logged). No Record per company, no dict, no json.dumps: a page of 1,000 is one round
+# trip and a string. The directory is read under its open policy (as companies and company_hosts:
+# no tenant context involved), outside a transaction. Two statements so that each plan is an index
 # range scan (``$4 IS NULL OR slug > $4`` may not be, in a generic plan).
 _PAGE = """WITH page AS (
-  SELECT c.slug, c.display_name AS name, c.settings -> 'platform_listing' AS listing,
-    (SELECT min(h.hostname COLLATE "C") FROM company_hosts h WHERE h.company_id = c.id) AS host
-  FROM companies c {where} ORDER BY c.slug LIMIT $1::int + 1
+  SELECT slug, name, listing, host FROM company_directory {where} ORDER BY slug LIMIT $1::int + 1
 ), shown AS (SELECT * FROM page ORDER BY slug LIMIT $1::int)
 SELECT coalesce(string_agg('{{"slug":"' || slug || '","name":' || to_json(name)::text
     || coalesce(',"profile":' || to_json($2::text
@@ -71,7 +71,7 @@ SELECT coalesce(string_agg('{{"slug":"' || slug || '","name":' || to_json(name):
   coalesce(array_agg(slug ORDER BY slug) FILTER (WHERE listing NOT IN ('null', 'true', 'false')), '{{}}')
 FROM shown"""
 _FIRST = _PAGE.format(where="")
-_AFTER = _PAGE.format(where="WHERE c.slug > $4")
+_AFTER = _PAGE.format(where="WHERE slug > $4")
 
 
 async def page_json(
@@ -96,18 +96,22 @@ Page = tuple[bytes, str]
 
 
 class DirectoryPages:
-    """Rendered agent-graph pages by ``(after, size, head, tail, pages)``, reused for ``ttl``
-    seconds (the rendered profiles' life); at most ``capacity`` pages, the oldest evicted first
-    (not all of them). A page is bytes and its ETag: a repeated walk renders nothing. Concurrent
-    requests for one page share one read. Asked with ``ahead``, the page after it is read at once
-    in the background (one page ahead, never more): a walker following ``next`` finds it read, or
-    on its way, while the page it has travels and is parsed."""
+    """Rendered agent-graph pages by ``(pool, after, size, head, tail, pages)`` in the one
+    single-flight cache (:class:`ucp_gateway.flightcache.FlightCache`: concurrent requests for one
+    page share one read, which runs on when they are cancelled), reused for ``ttl`` seconds (the
+    rendered profiles' life) from the start of their read; at most ``capacity`` pages, the least
+    recently asked evicted first. A page is bytes and its ETag: a repeated walk renders nothing.
+    Asked with ``ahead``, the page after it is read at once in the background (one page ahead,
+    never more): a walker following ``next`` finds it read, or on its way, while the page it has
+    travels and is parsed. A failed read is logged (``agent_graph_page_failed``) and raised to its
+    waiters; nothing of it is kept (the next request reads again)."""
 
     def __init__(self, ttl: float, capacity: int = 1024):
-        self.ttl, self.capacity = ttl, capacity
-        # key -> (expires, page, the next page's cursor or None)
-        self._entries: dict[tuple[Any, ...], tuple[float, Page, str | None]] = {}
-        self._inflight: dict[tuple[Any, ...], asyncio.Task[tuple[float, Page, str | None]]] = {}
+        self.ttl = ttl
+        # value: the page and the next page's cursor (None on the last page)
+        self._flights: FlightCache[tuple[Page, str | None]] = FlightCache(
+            self._read, now=time.monotonic, size=capacity, stale_if_error=0.0, backoff=lambda n: 0.0
+        )
 
     async def get(
         self, pool: asyncpg.Pool, after: str | None, size: int, head: str, tail: str, pages: str, ahead: bool = False
@@ -115,50 +119,27 @@ class DirectoryPages:
         """The page of ``size`` companies after ``after`` (:func:`page_json`), its ``next`` link
         ``pages?cursor=...`` and ``pages`` itself: ``{"companies": [...], "next": url | None,
         "pages": url}`` as compact JSON bytes, and its ETag. Raises what the read raises."""
-        key = (after, size, head, tail, pages)
-        hit = self._entries.get(key)
-        if hit is None or time.monotonic() >= hit[0]:
-            hit = await asyncio.shield(self._reading(pool, key))
-        if ahead and hit[2] is not None:
-            following = (hit[2], size, head, tail, pages)
-            known = self._entries.get(following)
-            if known is None or time.monotonic() >= known[0]:
-                self._reading(pool, following)
-        return hit[1]
+        page, following = await self._flights.get((pool, after, size, head, tail, pages))
+        if ahead and following is not None:
+            self._flights.prefetch((pool, following, size, head, tail, pages))
+        return page
 
-    def _reading(self, pool: asyncpg.Pool, key: tuple[Any, ...]) -> asyncio.Task[tuple[float, Page, str | None]]:
-        task = self._inflight.get(key)
-        if task is None:
-            task = self._inflight[key] = asyncio.ensure_future(self._read(pool, key))
-            task.add_done_callback(lambda t: self._done(key, t))
-        return task
-
-    async def _read(self, pool: asyncpg.Pool, key: tuple[Any, ...]) -> tuple[float, Page, str | None]:
-        after, size, head, tail, pages = key
+    async def _read(self, key: tuple[Any, ...], _previous: object) -> tuple[tuple[Page, str | None], float]:
+        pool, after, size, head, tail, pages = key
         started = time.monotonic()  # the page is as old as its read
-        companies, more, last = await page_json(pool, after, size, head, tail)
+        try:
+            companies, more, last = await page_json(pool, after, size, head, tail)
+        except Exception as exc:  # a page read ahead has no waiter to see it
+            _log.warning("agent_graph_page_failed", error=type(exc).__name__)
+            raise
         following = last if more else None
         next_url = json.dumps(pages + "?cursor=" + quote(encode_cursor(following))) if following else "null"
         body = f'{{"companies":[{companies}],"next":{next_url},"pages":{json.dumps(pages)}}}'.encode()
-        entry = (started + self.ttl, (body, make_etag(body)), following)
-        entries = self._entries
-        entries.pop(key, None)  # re-inserted last: the oldest pages are the first in the dict
-        while len(entries) >= self.capacity:
-            del entries[next(iter(entries))]
-        entries[key] = entry
-        return entry
-
-    def _done(self, key: tuple[Any, ...], task: asyncio.Task[Any]) -> None:
-        self._inflight.pop(key, None)
-        if not task.cancelled() and task.exception() is not None:  # retrieved: a page read ahead has no waiter
-            _log.warning("agent_graph_page_failed", error=type(task.exception()).__name__)
+        return ((body, make_etag(body)), following), started + self.ttl - time.monotonic()
 
     async def close(self) -> None:
         """Cancel the reads on their way (at cleanup: the pool is closing)."""
-        tasks = list(self._inflight.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._flights.close()
 
 
 PAGES = web.AppKey("ucpgw.directory_pages", DirectoryPages)
