@@ -81,6 +81,7 @@ class PlatformServer:
     delay: float = 0.0
     etag: str | None = None
     document: dict | None = None
+    released: asyncio.Event = field(default_factory=asyncio.Event)  # ends /slow's wait (set at teardown)
 
     def url(self, path: str = "/profile") -> str:
         return self.base + path
@@ -115,7 +116,10 @@ async def _serve(state: PlatformServer) -> web.AppRunner:
 
     async def slow(request: web.Request) -> web.Response:
         await count(request)
-        await asyncio.sleep(5)
+        # 5 s, far past the fetchers' read timeouts; cut short once the test is done, so that the
+        # server's cleanup (which waits for its handlers) does not wait out the rest of it
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.released.wait(), 5)
         return web.json_response(platform_profile(state.keys))
 
     async def big(request: web.Request) -> web.StreamResponse:
@@ -185,6 +189,7 @@ async def platform_server() -> AsyncIterator[PlatformServer]:
     try:
         yield state
     finally:
+        state.released.set()
         await runner.cleanup()
 
 
