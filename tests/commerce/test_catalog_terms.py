@@ -1,7 +1,8 @@
-"""The term path of catalog search (migration 0068): catalog_terms follows every product's search
-document through inserts, edits and deletes, never for a price or stock refresh; a query of plain
-words finds exactly what the GIN index's websearch match finds; other queries still go to the
-GIN index; one company's terms are invisible to another. On the app role (RLS)."""
+"""The term path of catalog search (migrations 0068, 0121): catalog_terms follows every product's
+search document and its field weights through inserts, edits and deletes, never for a price or
+stock refresh; a query of plain words finds exactly what the GIN index's websearch match finds, in
+the same relevance order as the GIN path gives other queries; one company's terms are invisible to
+another. On the app role (RLS)."""
 
 from __future__ import annotations
 
@@ -53,16 +54,25 @@ async def _search_ids(database, shop, query: str, **extra) -> list[str]:
         body = dict(body, pagination={"limit": 50, "cursor": page["pagination"]["cursor"]})
 
 
+WEIGHT = {"A": 10, "B": 4, "C": 2, "D": 1}  # title; tags, categories, brand, variants; description
+
+
 async def _gin_ranked(database, shop, query: str, where: str = "true") -> list[str]:
-    """The definition: every websearch match, by ts_rank_cd, ties by id."""
+    """The definition, computed here from the tsvectors: every websearch match, by the sum over the
+    query's lexemes of the best field weight each has in the product, ties by id."""
     async with tenant_tx(database.pool, shop.id) as conn:
+        lexemes = set(await conn.fetchval("SELECT tsvector_to_array(to_tsvector('english', $1))", query))
         rows = await conn.fetch(
-            "SELECT id FROM catalog_products p, websearch_to_tsquery('english', $1) tsq"
-            f" WHERE p.search @@ tsq AND p.min_price IS NOT NULL AND {where}"
-            " ORDER BY ts_rank_cd(p.search, tsq, 1) DESC, id",
+            "SELECT id, (SELECT array_agg(array[u.lexeme, array_to_string(u.weights, '')]) FROM unnest(p.search) u)"
+            " AS terms FROM catalog_products p, websearch_to_tsquery('english', $1) tsq"
+            f" WHERE p.search @@ tsq AND p.min_price IS NOT NULL AND {where}",
             query,
         )
-    return [r["id"] for r in rows]
+
+    def rank(terms) -> int:
+        return sum(max(WEIGHT[w] for w in (labels or "D")) for lexeme, labels in terms if lexeme in lexemes)
+
+    return [r["id"] for r in sorted(rows, key=lambda r: (-rank(r["terms"]), r["id"]))]
 
 
 @pytest.mark.parametrize(
@@ -85,6 +95,30 @@ async def test_plain_words_find_exactly_the_websearch_matches_in_rank_order(data
         assert await _search_ids(database, shop, query) == expected, query
     cheap = await _search_ids(database, shop, "red roses", filters={"price": {"max": 800}, "available": True})
     assert cheap == await _gin_ranked(database, shop, "red roses", "p.min_price <= 800 AND p.available")
+    for query in ("roses OR lilies", "-white roses", "roses, lilies", "daisy; bouquet!"):
+        assert not term_words(query), query  # the GIN path ranks by the same definition
+        expected = await _gin_ranked(database, shop, query)
+        assert expected, query
+        assert await _search_ids(database, shop, query) == expected[:RANK_CANDIDATES], query
+
+
+async def test_a_title_that_names_the_words_outranks_tags_and_descriptions(database):
+    shop = await create_company(database.pool, slug="terms-weights", display_name="W", hostnames=("tw.example",))
+    rows = [dict.fromkeys(CSV_HEADER, "") | r for r in (
+        {"product_id": "desc", "title": "Posy", "description": "red roses"},
+        {"product_id": "tags", "title": "Posy", "tags": "red|roses"},
+        {"product_id": "half", "title": "Red posy", "description": "roses"},
+        {"product_id": "title", "title": "Red roses"},
+    )]  # fmt: skip
+    for i, r in enumerate(rows):
+        r.update(sku=f"W{i}", price="500", stock="3")
+    feed = "\n".join(",".join(r[c] for c in CSV_HEADER) for r in [dict(zip(CSV_HEADER, CSV_HEADER)), *rows])
+    items, errors = parse_feed((feed + "\n").encode(), "csv")
+    assert not errors
+    await import_items(database, shop.id, items)
+    order = ["title", "half", "tags", "desc"]  # 10+10, 10+2, 4+4, 2+2
+    assert await _search_ids(database, shop, "red roses") == order  # term path
+    assert await _search_ids(database, shop, "red roses -lilies") == order  # GIN path, same weights
 
 
 async def test_terms_follow_edits_prices_stock_and_deletes_and_nothing_else(database):
@@ -118,6 +152,7 @@ async def test_terms_follow_edits_prices_stock_and_deletes_and_nothing_else(data
             " ON t.lexeme = l WHERE t.product_id = p.id AND t.company_id = p.company_id"
             " AND (t.min_price, t.max_price, t.currency, t.available) IS NOT DISTINCT FROM"
             " (p.min_price, p.max_price, p.currency, p.available)"
+            " AND t.weight = catalog_term_weight((SELECT u.weights FROM unnest(p.search) u WHERE u.lexeme = l))"
         )
         assert await conn.fetchval("SELECT count(*) FROM catalog_terms") == expected
     assert await _search_ids(database, shop, "sunflower crate") == ["t0"]

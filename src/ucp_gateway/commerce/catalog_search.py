@@ -1,5 +1,5 @@
 """Catalog search SQL (UCP catalog search): one statement a page, over the searchable catalogue
-(migrations 0065, 0067, 0068). Thin: SQL only, no policy.
+(migrations 0065, 0067, 0068, 0121). Thin: SQL only, no policy.
 
 Every function takes a connection inside ``tenant_tx`` (RLS scopes it to one company). Rows are
 the dicts of :mod:`.catalog_store` (``PRODUCT_COLUMNS``: the product with its ``variants``) plus
@@ -8,6 +8,7 @@ the dicts of :mod:`.catalog_store` (``PRODUCT_COLUMNS``: the product with its ``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,9 +42,12 @@ class SearchQuery:
 
 
 # sort -> (key expression, direction). Ties break on id ascending; relevance and price_desc
-# compare their key descending.
+# compare their key descending. Relevance is catalog_rank (migration 0121: the sum of the weights
+# of the query's lexemes in the product, by field); the typo fallback's prefixes match no lexeme
+# exactly, so it ranks by ts_rank_cd ("prefix").
 _SORTS = {
-    "relevance": ("ts_rank_cd(p.search, {tsq}, 1)::float8", "DESC"),
+    "relevance": ("catalog_rank(p.search, {lexemes})::float8", "DESC"),
+    "prefix": ("ts_rank_cd(p.search, {tsq}, 1)::float8", "DESC"),
     "trgm": ("similarity(lower(p.title), lower($2::text))::float8", "DESC"),
     "price_asc": ("p.min_price", "ASC"),
     "price_desc": ("p.min_price", "DESC"),
@@ -95,25 +99,33 @@ def term_words(text: str) -> int:
 _TERM_COLUMNS = ("p.min_price ", "p.max_price ", "p.currency ", "p.available ")
 
 
-def _term_candidates(words: int, where: list[str], key: str) -> str:
+def _term_candidates(words: int, where: list[str]) -> str:
     """The candidate CTE of the term path: products having every lexeme of $2 (one ordered
     index-only scan of catalog_terms per word, merge-joined, in product id order), filtered, the
-    first RANK_CANDIDATES of them. Filters on the price range, currency and availability are
-    checked on the first scan's entries (they carry those columns); only what passes is read from
-    catalog_products. The query's lexemes and tsquery are computed once (``q``); a word that is a
-    stop word or repeats another's lexeme joins the first lexeme again (harmless)."""
+    first RANK_CANDIDATES of them, each with its relevance: the sum of its terms' weights, read
+    from the same index entries (catalog_rank's value, migration 0121). Filters on the price
+    range, currency and availability are checked on the first scan's entries (they carry those
+    columns); catalog_products is read only for the other filters (categories). The query's
+    lexemes are computed once (``q``); a word that is a stop word or repeats another's lexeme joins
+    the first lexeme again (harmless) and adds no weight."""
     joins = "".join(
         f" JOIN catalog_terms t{i} ON t{i}.company_id = t1.company_id AND t{i}.product_id = t1.product_id"
         f" AND t{i}.lexeme = (SELECT coalesce(q.l[{i}], q.l[1]) FROM q)"
         for i in range(2, words + 1)
     )
+    key = "t1.weight" + "".join(
+        f" + CASE WHEN (SELECT q.l[{i}] FROM q) IS NULL THEN 0 ELSE t{i}.weight END" for i in range(2, words + 1)
+    )
     conds = [("t1." + w[2:]) if w.startswith(_TERM_COLUMNS) else w for w in where]
-    return (
-        "q AS MATERIALIZED (SELECT websearch_to_tsquery('english'::regconfig, $2::text) AS tsq,"
-        " tsvector_to_array(to_tsvector('english'::regconfig, $2::text)) AS l),"
-        f" m AS MATERIALIZED (SELECT p.id, {key} AS sort_key FROM catalog_terms t1{joins}"
+    product = (
         " JOIN catalog_products p ON p.company_id = t1.company_id AND p.id = t1.product_id"
-        f" WHERE t1.lexeme = (SELECT q.l[1] FROM q) AND {' AND '.join(conds)}"
+        if any(re.search(r"\bp\.", c) for c in conds)
+        else ""
+    )
+    return (
+        "q AS MATERIALIZED (SELECT tsvector_to_array(to_tsvector('english'::regconfig, $2::text)) AS l),"
+        f" m AS MATERIALIZED (SELECT t1.product_id AS id, ({key})::float8 AS sort_key FROM catalog_terms t1{joins}"
+        f"{product} WHERE t1.lexeme = (SELECT q.l[1] FROM q) AND {' AND '.join(conds)}"
         f" ORDER BY t1.product_id LIMIT {RANK_CANDIDATES})"
     )
 
@@ -127,8 +139,9 @@ async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str
     answered from those, so its cost stays bounded (ranking every match of a word in 20 % of a
     large catalogue took longer than the whole request budget). Plain words (:func:`term_words`)
     find their candidates in catalog_terms, in product id order, reading about as many index
-    entries as it takes to find them (independent of the catalogue's size); other queries in the
-    GIN index's order. Cursor pages of one query walk the same candidates. Other sorts walk every
+    entries as it takes to find them (independent of the catalogue's size) and ranking them from
+    the same entries; other queries in the GIN index's order, ranked by catalog_rank over the
+    product's tsvector (the same value). Cursor pages of one query walk the same candidates. Other sorts walk every
     match in their index order."""
     sort = "trgm" if q.trgm else q.sort
     if q.text is None and sort == "relevance":
@@ -137,17 +150,19 @@ async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str
     args: list[Any] = [q.limit + 1]
     where = []
     words = term_words(q.text) if q.text is not None and sort == "relevance" and not q.fuzzy else 0
-    # the tsquery is written in place (no CTE): the planner then sees a constant it can look up in
-    # the GIN index, where a CTE's value is unknown to it and the match becomes a scan of the company
     if q.trgm:
         qparam = q.text
         where.append("lower(p.title) % lower($2::text)")
     elif words:
         qparam = q.text
-        key = key.format(tsq="(SELECT q.tsq FROM q)")
     elif q.text is not None:
+        # the GIN path: the tsquery is written in place (no CTE), so the planner sees a constant it
+        # can look up in the GIN index (a CTE's value is unknown to it: a scan of the company)
         tsq, qparam = _tsquery(q.text, q.fuzzy)
-        key = key.format(tsq=tsq)
+        if q.fuzzy and sort == "relevance":
+            key = _SORTS["prefix"][0].format(tsq=tsq)
+        else:
+            key = key.format(lexemes="tsvector_to_array(to_tsvector('english'::regconfig, $2::text))")
         where.append(f"p.search @@ {tsq}")
     else:
         qparam = None  # browse by filters ($2 unused but typed)
@@ -183,7 +198,7 @@ async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str
     if sort in ("relevance", "trgm"):  # rank at most RANK_CANDIDATES matches (see the docstring)
         # ids and ranks only are carried through the ranking; the page's rows are read after it
         if words:
-            candidates = _term_candidates(words, where, key)
+            candidates = _term_candidates(words, where)
         else:
             candidates = (
                 f"m AS MATERIALIZED (SELECT p.id, {key} AS sort_key FROM catalog_products p"
