@@ -173,3 +173,21 @@ async def test_another_company_sees_none_of_the_terms(database):
     async with database.pool.acquire() as conn:  # the app role without a tenant
         assert await conn.fetchval("SELECT count(*) FROM catalog_terms") == 0
     assert await _search_ids(database, shop, "roses")
+
+
+async def test_an_import_leaves_the_planner_statistics_of_its_terms(database):
+    """Planned as if catalog_terms were empty, a two-word search joined the term lists by scanning
+    them whole (100 times the index entries): an import ends with ANALYZE of what it wrote."""
+    from ucp_gateway.db.database import owner_connect
+
+    owner = await owner_connect(database.owner_dsn)
+    try:
+        reltuples = "SELECT reltuples FROM pg_class WHERE oid = 'catalog_terms'::regclass"
+        before = max(await owner.fetchval(reltuples), 0)
+        shop = await _shop(database, "terms-analyzed", 40, seed=2)
+        async with tenant_tx(database.pool, shop.id) as conn:
+            mine = await conn.fetchval("SELECT count(*) FROM catalog_terms")
+        assert mine > 100
+        assert await owner.fetchval(reltuples) >= before + 0.9 * mine
+    finally:
+        await owner.close()

@@ -45,7 +45,10 @@ async def import_items(
     progress: Progress | None = None,
 ) -> tuple[dict[str, int], list[FeedError]]:  # fmt: skip
     """Write ``items`` in batches (one tenant transaction each). Returns summed counts and the
-    lines the database refused. ``progress(done, total)`` after each batch."""
+    lines the database refused. ``progress(done, total)`` after each batch. The planner statistics
+    of the catalogue tables are refreshed whenever the variants written have doubled, and at the
+    end when any were inserted (PostgreSQL: run ANALYZE after a bulk load; autovacuum may take a
+    minute to)."""
     totals: dict[str, int] = {}
     errors: list[FeedError] = []
     analyzed = 0  # variants written when the planner statistics were last refreshed
@@ -65,6 +68,8 @@ async def import_items(
             totals[k] = totals.get(k, 0) + v
         if progress is not None:
             progress(min(start + batch, len(items)), len(items))
+    if totals.get("variants_inserted", 0) > analyzed:  # the search plans need the new terms' statistics
+        await _analyze(db)  # (planned as if empty, a two-word search read the whole term list: 100x)
     return totals, errors
 
 
@@ -106,7 +111,7 @@ async def _analyze(db: Database) -> None:
 
     conn = await owner_connect(db.owner_dsn)
     try:
-        await conn.execute("ANALYZE catalog_products, products, inventory")
+        await conn.execute("ANALYZE catalog_products, catalog_terms, products, inventory")
     finally:
         await conn.close()
 
