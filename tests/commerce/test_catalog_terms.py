@@ -77,8 +77,9 @@ async def _gin_ranked(database, shop, query: str, where: str = "true") -> list[s
 
 @pytest.mark.parametrize(
     ("text", "words"),
-    [("red roses", 2), ("Roses", 1), ("a b c d", 4), ("a b c d e", 0), ("roses OR lilies", 0),
-     ('"red roses"', 0), ("-white roses", 0), ("get-well", 0), ("roses 12", 0), ("rosé", 1), ("", 0)],
+    [("red roses", 2), ("Roses", 1), ("a b c d e f", 6), ("a b c d e f g", 0), ("roses OR lilies", 0),
+     ('"red roses"', 0), ("-white roses", 0), ("get-well", 3), ("get-well red", 4), ("get--well", 0),
+     ("well-", 0), ("a-b-c-d-e-f", 0), ("roses 12", 0), ("rosé", 1), ("", 0), ("get-12", 0)],
 )  # fmt: skip
 def test_term_words_takes_only_plain_conjunctions(text, words):
     assert term_words(text) == words
@@ -100,6 +101,25 @@ async def test_plain_words_find_exactly_the_websearch_matches_in_rank_order(data
         expected = await _gin_ranked(database, shop, query)
         assert expected, query
         assert await _search_ids(database, shop, query) == expected[:RANK_CANDIDATES], query
+
+
+async def test_hyphenated_words_take_the_term_path_with_the_exact_phrase(database):
+    shop = await create_company(database.pool, slug="terms-hyphen", display_name="H", hostnames=("th.example",))
+    titles = ["Get-well roses", "Get well lilies", "Well get-well soon", "Mothers-day tulips", "Mother day posy",
+              "Roses for mothers-day and get-well", "Day of the mothers", "Get-well-soon basket"]  # fmt: skip
+    rows = [dict.fromkeys(CSV_HEADER, "") | {"product_id": f"h{i}", "title": t, "sku": f"H{i}", "price": "500",
+            "stock": "2"} for i, t in enumerate(titles)]  # fmt: skip
+    feed = "\n".join(",".join(r[c] for c in CSV_HEADER) for r in [dict(zip(CSV_HEADER, CSV_HEADER)), *rows])
+    items, errors = parse_feed((feed + "\n").encode(), "csv")
+    assert not errors
+    await import_items(database, shop.id, items)
+    for query in ("get-well", "get-well roses", "mothers-day", "mothers-day tulips", "get-well-soon", "well-get"):
+        assert term_words(query), query
+        expected = await _gin_ranked(database, shop, query)
+        if expected:  # (no match: the typo fallback answers, checked elsewhere)
+            assert await _search_ids(database, shop, query) == expected, query
+    assert set(await _search_ids(database, shop, "get-well")) == {"h0", "h2", "h5"}  # not "get-well-soon"
+    assert await _search_ids(database, shop, "mothers-day tulips") == ["h3"]
 
 
 async def test_a_title_that_names_the_words_outranks_tags_and_descriptions(database):

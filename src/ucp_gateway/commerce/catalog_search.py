@@ -77,29 +77,38 @@ _BITMAP_ONLY = "SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = off
 _PLANNER_DEFAULTS = "SET LOCAL enable_seqscan = DEFAULT; SET LOCAL enable_indexscan = DEFAULT"
 #: At most this many matches are ranked per relevance query (see search_rows; docs/catalog.md).
 RANK_CANDIDATES = 100
-#: A relevance query of at most this many plain words is answered from catalog_terms (term path).
-TERM_WORDS = 4
+#: A relevance query of at most this many lexemes is answered from catalog_terms (term path).
+TERM_WORDS = 6
 
 
 def term_words(text: str) -> int:
-    """How many words ``text`` has when the term path can answer it, else 0.
+    """How many lexeme scans the term path needs for ``text`` when it can answer it, else 0.
 
-    The term path finds the products that have every lexeme of the query (migration 0068), which
-    is exactly what ``websearch_to_tsquery`` matches when the query is 1 to :data:`TERM_WORDS`
-    words of letters only and none is ``or``: their tsquery is then the conjunction of their
-    lexemes. Anything else (quotes, ``-word``, ``OR``, digits, hyphens and other punctuation, which
-    the parser may turn into phrases) goes to the GIN index, which reads websearch syntax itself."""
-    words = text.split()
-    if not 1 <= len(words) <= TERM_WORDS or not all(w.isalpha() for w in words):
-        return 0
-    return 0 if any(w.lower() == "or" for w in words) else len(words)
+    The term path finds the products that have every lexeme of the query (migration 0068). For a
+    query of words of letters only, none of them ``or``, ``websearch_to_tsquery`` is exactly the
+    conjunction of those lexemes. A hyphenated word (``get-well``: letters joined by single
+    hyphens) is a phrase of its compound and its parts; its products have all of those lexemes,
+    and the term path then rechecks the exact phrase on each candidate. A word counts one scan,
+    a hyphenated one itself and its parts; at most :data:`TERM_WORDS`. Anything else (quotes,
+    ``-word``, ``OR``, digits and other punctuation) goes to the GIN index, which reads websearch
+    syntax itself."""
+    scans = 0
+    for w in text.split():
+        parts = w.split("-")
+        if not all(p.isalpha() for p in parts) or w.lower() == "or":  # "" (a leading, doubled hyphen) too
+            return 0
+        scans += 1 if len(parts) == 1 else 1 + len(parts)
+    return scans if scans <= TERM_WORDS else 0
 
 
 #: the product columns catalog_terms carries (migration 0068): filters on them need no product read
 _TERM_COLUMNS = ("p.min_price ", "p.max_price ", "p.currency ", "p.available ")
 
 
-def _term_candidates(words: int, where: list[str]) -> str:
+_PHRASE_TSQ = ", websearch_to_tsquery('english'::regconfig, $2::text) AS tsq"
+
+
+def _term_candidates(words: int, where: list[str], phrase: bool) -> str:
     """The candidate CTE of the term path: products having every lexeme of $2 (one ordered
     index-only scan of catalog_terms per word, merge-joined, in product id order), filtered, the
     first RANK_CANDIDATES of them, each with its relevance: the sum of its terms' weights, read
@@ -107,7 +116,8 @@ def _term_candidates(words: int, where: list[str]) -> str:
     range, currency and availability are checked on the first scan's entries (they carry those
     columns); catalog_products is read only for the other filters (categories). The query's
     lexemes are computed once (``q``); a word that is a stop word or repeats another's lexeme joins
-    the first lexeme again (harmless) and adds no weight."""
+    the first lexeme again (harmless) and adds no weight. ``phrase``: the query has a hyphenated
+    word, and each candidate's tsvector is checked against the query's tsquery (word order)."""
     joins = "".join(
         f" JOIN catalog_terms t{i} ON t{i}.company_id = t1.company_id AND t{i}.product_id = t1.product_id"
         f" AND t{i}.lexeme = (SELECT coalesce(q.l[{i}], q.l[1]) FROM q)"
@@ -117,13 +127,16 @@ def _term_candidates(words: int, where: list[str]) -> str:
         f" + CASE WHEN (SELECT q.l[{i}] FROM q) IS NULL THEN 0 ELSE t{i}.weight END" for i in range(2, words + 1)
     )
     conds = [("t1." + w[2:]) if w.startswith(_TERM_COLUMNS) else w for w in where]
+    if phrase:  # the function, not the operator: never a GIN index condition (a scan of every match)
+        conds.append("ts_match_vq(p.search, (SELECT q.tsq FROM q))")
     product = (
         " JOIN catalog_products p ON p.company_id = t1.company_id AND p.id = t1.product_id"
         if any(re.search(r"\bp\.", c) for c in conds)
         else ""
     )
     return (
-        "q AS MATERIALIZED (SELECT tsvector_to_array(to_tsvector('english'::regconfig, $2::text)) AS l),"
+        "q AS MATERIALIZED (SELECT tsvector_to_array(to_tsvector('english'::regconfig, $2::text)) AS l"
+        f"{_PHRASE_TSQ if phrase else ''}),"
         f" m AS MATERIALIZED (SELECT t1.product_id AS id, ({key})::float8 AS sort_key FROM catalog_terms t1{joins}"
         f"{product} WHERE t1.lexeme = (SELECT q.l[1] FROM q) AND {' AND '.join(conds)}"
         f" ORDER BY t1.product_id LIMIT {RANK_CANDIDATES})"
@@ -198,7 +211,7 @@ async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str
     if sort in ("relevance", "trgm"):  # rank at most RANK_CANDIDATES matches (see the docstring)
         # ids and ranks only are carried through the ranking; the page's rows are read after it
         if words:
-            candidates = _term_candidates(words, where)
+            candidates = _term_candidates(words, where, phrase="-" in q.text)
         else:
             candidates = (
                 f"m AS MATERIALIZED (SELECT p.id, {key} AS sort_key FROM catalog_products p"
