@@ -32,7 +32,15 @@ import aiohttp
 from ..clock import Clock, SystemClock
 from ..config import Settings
 from ..discovery.caching import cache_ttl
-from ..discovery.ssrf import BlockedAddress, HostResolver, RefusedUrl, check_target, dev_allowlist, guarded_session
+from ..discovery.ssrf import (
+    BlockedAddress,
+    HostResolver,
+    RefusedUrl,
+    check_target,
+    dev_allowlist,
+    fetch_timeout,
+    guarded_session,
+)
 from ..errors import ServiceUnavailable, Unauthorized
 from ..flightcache import FlightCache, put_lru
 from ..httpsig.jwkalg import public_key_from_jwk
@@ -149,11 +157,7 @@ class DirectoryFetcher:
             raise DirectoryInvalid(str(exc)) from None
         if self._session is None or self._session.closed:
             self._session = guarded_session(dev_hosts=dev_hosts, resolver=self._resolver, limit=100)
-        timeout = aiohttp.ClientTimeout(
-            total=s.profile_fetch_connect_timeout + s.profile_fetch_read_timeout,
-            sock_connect=s.profile_fetch_connect_timeout,
-            sock_read=s.profile_fetch_read_timeout,
-        )
+        timeout = fetch_timeout(s)
         headers = {"Accept": f"{DIRECTORY_MEDIA_TYPE}, application/json;q=0.5", "User-Agent": USER_AGENT}
         self.fetch_count += 1
         try:

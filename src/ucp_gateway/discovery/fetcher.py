@@ -38,7 +38,7 @@ from .agent_header import validate_profile_url
 from .caching import cache_ttl
 from .errors import InvalidProfileUrl, ProfileMalformed, ProfileUnreachable
 from .profiles import PlatformProfile, parse_platform_profile
-from .ssrf import BlockedAddress, HostResolver, RefusedUrl, check_target, dev_allowlist, guarded_session
+from .ssrf import BlockedAddress, HostResolver, RefusedUrl, check_target, dev_allowlist, fetch_timeout, guarded_session
 
 __all__ = ["USER_AGENT", "ProfileFetcher"]
 
@@ -175,11 +175,7 @@ class ProfileFetcher:
         except RefusedUrl as exc:
             raise InvalidProfileUrl(str(exc)) from None
         s = self._s
-        timeout = aiohttp.ClientTimeout(
-            total=s.profile_fetch_connect_timeout + s.profile_fetch_read_timeout,
-            sock_connect=s.profile_fetch_connect_timeout,
-            sock_read=s.profile_fetch_read_timeout,
-        )
+        timeout = fetch_timeout(s)
         self.fetch_count += 1
         try:
             async with self._session_for_loop().get(

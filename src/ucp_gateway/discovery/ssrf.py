@@ -42,6 +42,7 @@ __all__ = [
     "check_target",
     "check_url",
     "dev_allowlist",
+    "fetch_timeout",
     "guarded_session",
     "ip_literal",
     "system_resolver",
@@ -208,6 +209,17 @@ class GuardedResolver(AbstractResolver):
 
     async def close(self) -> None:
         return None
+
+
+def fetch_timeout(settings: Settings) -> aiohttp.ClientTimeout:
+    """The timeout of one outbound fetch (a profile, a key directory): connect within
+    ``profile_fetch_connect_timeout``, each read within ``profile_fetch_read_timeout`` seconds,
+    the whole exchange within their sum."""
+    return aiohttp.ClientTimeout(
+        total=settings.profile_fetch_connect_timeout + settings.profile_fetch_read_timeout,
+        sock_connect=settings.profile_fetch_connect_timeout,
+        sock_read=settings.profile_fetch_read_timeout,
+    )
 
 
 def guarded_session(
