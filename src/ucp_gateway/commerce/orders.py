@@ -12,7 +12,7 @@ from typing import Any
 
 from .checkout import rfc3339
 
-__all__ = ["order_snapshot", "render_order", "shipped_event"]
+__all__ = ["order_from_rows", "order_snapshot", "render_order", "shipped_event"]
 
 
 def order_snapshot(checkout: dict[str, Any], *, order_id: str, label: str, permalink_url: str) -> dict[str, Any]:
@@ -126,3 +126,20 @@ def shipped_event(
         "carrier": carrier,
         "description": "Handed to the carrier.",
     }
+
+
+def _event_wire(r) -> dict[str, Any]:
+    return {"id": r["id"], "type": r["type"], "occurred_at": rfc3339(r["occurred_at"]), **r["detail"]}
+
+
+def _adjustment_wire(r) -> dict[str, Any]:
+    return {"id": r["id"], "type": r["type"], "status": r["status"], "occurred_at": rfc3339(r["occurred_at"]),
+            **r["detail"]}  # fmt: skip
+
+
+def order_from_rows(order, events, adjustments, ucp: dict[str, Any]) -> dict[str, Any]:
+    """The order body (:func:`render_order`) of an ``orders`` row with its ``order_events`` and
+    ``order_adjustments`` rows (``repo.get_order_rows``), enveloped in ``ucp``."""
+    return render_order(
+        order["snapshot"], [_event_wire(e) for e in events], [_adjustment_wire(a) for a in adjustments], ucp
+    )

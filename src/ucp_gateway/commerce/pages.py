@@ -52,8 +52,7 @@ from ..tenancy import Company
 from . import confirm, page_pay, repo
 from .checkout import rfc3339
 from .context import company_of
-from .orders import render_order
-from .service import _adj_wire, _event_wire  # the API's own wire shapes of order rows
+from .orders import order_from_rows
 from .status import TERMINAL
 
 __all__ = [
@@ -344,7 +343,7 @@ async def order_page(request: web.Request, company: Company) -> web.Response:
         order, events, adjs = await repo.get_order_rows(conn, request.match_info["id"])
     if order is None:
         return _not_found(_name(company), "order")
-    body = render_order(order["snapshot"], [_event_wire(e) for e in events], [_adj_wire(a) for a in adjs], {})
+    body = order_from_rows(order, events, adjs, {})
     return page("shop_order.html", site=_name(company), title=f"Order {body.get('label') or body['id']}", order=body)
 
 

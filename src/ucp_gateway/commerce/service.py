@@ -19,13 +19,13 @@ from typing import Any
 import asyncpg
 
 from ..levels import DEFAULT_LEVELS, AccessLevel, permits
-from ..versions import VERSIONS, from_wire, to_wire
+from ..versions import from_wire, to_wire
 from . import repo
 from .catalog import PickupLocation
-from .checkout import ShopInfo, price_checkout, render_checkout, rfc3339
+from .checkout import ShopInfo, price_checkout, render_checkout
 from .confirm import checkout_digest, has_confirmation
 from .messages import error, error_envelope
-from .orders import order_snapshot, render_order, shipped_event
+from .orders import order_snapshot, render_order
 from .payments import demo_charge
 from .status import TERMINAL, InvalidTransition, status_for_messages, transition
 from .validation import InvalidRequest, parse_complete, parse_state
@@ -39,9 +39,8 @@ __all__ = [
     "complete",
     "create",
     "get",
-    "get_order",
+    "not_found",
     "price_state",
-    "simulate_shipping",
     "update",
     "wire",
 ]
@@ -119,7 +118,8 @@ def wire(out: Outcome, ctx: CommerceContext, kind: str) -> Outcome:
     return out if body is out.body else Outcome(out.status, body)
 
 
-def _not_found(ctx: CommerceContext, what: str) -> Outcome:
+def not_found(ctx: CommerceContext, what: str) -> Outcome:
+    """The 200 ``not_found`` error envelope of an unknown (or foreign) resource ``what``."""
     return Outcome(
         200,
         error_envelope(ctx.version, "not_found", f"{what} not found", continue_url=ctx.shop.base_url + "/"),
@@ -241,7 +241,7 @@ def _modifiable(row, op: str) -> None:
 async def get(conn: asyncpg.Connection, ctx: CommerceContext, cid: str) -> Outcome:
     """``GET /checkout-sessions/{id}``: the latest state; 200 ``not_found`` envelope when unknown."""
     row = await _load(conn, ctx, cid, lock=False)
-    return _not_found(ctx, "Checkout") if row is None else Outcome(200, row["body"])
+    return not_found(ctx, "Checkout") if row is None else Outcome(200, row["body"])
 
 
 async def update(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, data: dict[str, Any]) -> Outcome:
@@ -261,7 +261,7 @@ async def update(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, data:
     else:
         row, catalog = await _lock_priced(conn, ctx, cid, state)
     if row is None:
-        return _not_found(ctx, "Checkout")
+        return not_found(ctx, "Checkout")
     _modifiable(row, "update")
     if bad is not None:
         raise bad
@@ -277,7 +277,7 @@ async def cancel(conn: asyncpg.Connection, ctx: CommerceContext, cid: str) -> Ou
     """``POST /checkout-sessions/{id}/cancel``: 200 with ``status: canceled``; 409 if terminal."""
     row = await _load(conn, ctx, cid, lock=True)
     if row is None:
-        return _not_found(ctx, "Checkout")
+        return not_found(ctx, "Checkout")
     _modifiable(row, "cancel")
     body = dict(row["body"], status=transition(row["status"], "cancel"))
     body.pop("continue_url", None)
@@ -307,7 +307,7 @@ async def complete(conn: asyncpg.Connection, ctx: CommerceContext, cid: str, dat
     """
     row, catalog = await _lock_priced(conn, ctx, cid, None)
     if row is None:
-        return _not_found(ctx, "Checkout")
+        return not_found(ctx, "Checkout")
     _modifiable(row, "complete")
     instrument, token = parse_complete(data)
     state = dict(row["state"], payment={"instruments": [instrument]})
@@ -451,73 +451,4 @@ async def _complete_failed(
     if payment is not None:
         await repo.insert_payment(conn, ctx.company_id, payment)
     await repo.update_checkout(conn, cid, status=status, state=state, body=body, now=ctx.now)
-    return Outcome(200, body)
-
-
-def _event_wire(r) -> dict[str, Any]:
-    return {"id": r["id"], "type": r["type"], "occurred_at": rfc3339(r["occurred_at"]), **r["detail"]}
-
-
-def _adj_wire(r) -> dict[str, Any]:
-    return {
-        "id": r["id"],
-        "type": r["type"],
-        "status": r["status"],
-        "occurred_at": rfc3339(r["occurred_at"]),
-        **r["detail"],
-    }
-
-
-async def _order_body(conn: asyncpg.Connection, ctx: CommerceContext, order_id: str):
-    order, events, adjs = await repo.get_order_rows(conn, order_id)
-    if order is None or order["caller"] != ctx.caller:  # only the platform that placed it (UCP order.md)
-        return None, None
-    body = render_order(
-        order["snapshot"], [_event_wire(e) for e in events], [_adj_wire(a) for a in adjs], ctx.order_ucp
-    )
-    return order, body
-
-
-async def get_order(conn: asyncpg.Connection, ctx: CommerceContext, order_id: str) -> Outcome:
-    """``GET /orders/{id}``: the full order; 200 ``not_found`` envelope for unknown or foreign orders."""
-    _, body = await _order_body(conn, ctx, order_id)
-    return _not_found(ctx, "Order") if body is None else Outcome(200, body)
-
-
-async def simulate_shipping(conn: asyncpg.Connection, ctx: CommerceContext, order_id: str) -> Outcome:
-    """Append a ``shipped`` event and queue the ``order updated`` webhook with the full order.
-
-    ``ctx.caller`` is ignored: the simulation acts as the merchant, for any order of the company.
-    """
-    order = await conn.fetchrow("SELECT * FROM orders WHERE id = $1 FOR UPDATE", order_id)
-    if order is None:
-        return _not_found(ctx, "Order")
-    ev = shipped_event(order["snapshot"], event_id=f"evt_{uuid.uuid4().hex}", now=ctx.now)
-    await repo.insert_event(conn, ctx.company_id, order_id, ev)
-    # the event goes to the platform that placed the order, in the version it completed under: the
-    # envelope of its order.created event (this request's own when that row was swept)
-    placed = await conn.fetchval(
-        "SELECT convert_from(payload, 'UTF8')::json -> 'ucp' FROM webhook_outbox"
-        " WHERE order_id = $1 AND event_type = 'order.created' LIMIT 1",
-        order_id,
-    )
-    owner = {"caller": order["caller"]}
-    if isinstance(placed, dict) and placed.get("version") in VERSIONS:
-        owner.update(order_ucp=placed, version=placed["version"])
-    owner_ctx = CommerceContext(**{**ctx.__dict__, **owner})
-    _, body = await _order_body(conn, owner_ctx, order_id)
-    body = to_wire("order", body, owner_ctx.version)
-    await repo.insert_outbox(
-        conn,
-        ctx.company_id,
-        order_id=order_id,
-        event_type="order.updated",
-        caller=order["caller"],
-        payload=body,
-        target_url=await conn.fetchval(
-            "SELECT target_url FROM webhook_outbox WHERE order_id = $1 AND target_url IS NOT NULL LIMIT 1",
-            order_id,
-        ),
-        now=ctx.now,
-    )
     return Outcome(200, body)

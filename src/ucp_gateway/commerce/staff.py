@@ -31,7 +31,7 @@ from ..verbs.registry import Registry
 from . import repo
 from .checkout import rfc3339
 from .context import UNVERIFIED
-from .orders import render_order
+from .orders import order_from_rows
 
 __all__ = ["MAX_PAGE", "list_orders", "provide", "setup_admin", "show_order", "webhook_state"]
 
@@ -137,9 +137,7 @@ async def show_order(conn: asyncpg.Connection, order_id: str) -> dict[str, Any]:
     order, events, adjs = await repo.get_order_rows(conn, order_id)
     if order is None:
         raise NotFound(f"no order {order_id!r}")
-    from .service import _adj_wire, _event_wire
-
-    body = render_order(order["snapshot"], [_event_wire(e) for e in events], [_adj_wire(a) for a in adjs], {})
+    body = order_from_rows(order, events, adjs, {})
     body.pop("ucp", None)
     pays = await conn.fetch(
         "SELECT id, handler_id, instrument_id, amount, currency, status, created_at FROM payments"

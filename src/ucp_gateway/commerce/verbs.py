@@ -38,7 +38,7 @@ from ..verbs.errors import RETRY_HINT, VerbError
 from ..verbs.policy import BUYER_ROLE, Consent, Principal, PrincipalLimit, RiskClass, VerbPolicy
 from ..verbs.registry import Registry
 from ..verbs.runtime import VERBS
-from . import carts, catalog_service, service
+from . import carts, catalog_service, order_ops, service
 from .service import CommerceContext, Outcome
 from .validation import parse_json
 
@@ -75,7 +75,7 @@ VERB_OPS: dict[str, tuple[RiskClass, Op]] = {
     "checkout.update": (RiskClass.WRITE_REVERSIBLE, lambda c, x, a: service.update(c, x, a["id"], _body(a))),
     "checkout.complete": (RiskClass.WRITE_FINANCIAL, lambda c, x, a: service.complete(c, x, a["id"], _body(a))),
     "checkout.cancel": (RiskClass.WRITE_REVERSIBLE, _cancel),
-    "orders.get": (RiskClass.READ, lambda c, x, a: service.get_order(c, x, a["id"])),
+    "orders.get": (RiskClass.READ, lambda c, x, a: order_ops.get_order(c, x, a["id"])),
     "catalog.search": (RiskClass.READ, lambda c, x, a: catalog_service.search(c, x, _body(a))),
     "catalog.lookup": (RiskClass.READ, lambda c, x, a: catalog_service.lookup(c, x, _body(a))),
     "catalog.product": (RiskClass.READ, lambda c, x, a: catalog_service.get_product(c, x, _body(a))),

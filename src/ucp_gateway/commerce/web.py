@@ -39,7 +39,7 @@ from ..httpsig.web import mark_for_signing
 from ..jsonbody import NOT_UTF8, dumps_compact
 from ..mediatype import DECODED_CODINGS, require_json_body
 from ..verbs.web import VERBS as VERBS_KEY
-from . import service, slo, staff
+from . import order_ops, service, slo, staff
 from .budget import BUYER_LIMITER, spend_buyer_budget
 from .context import (
     PROFILE_CACHE,
@@ -216,7 +216,7 @@ async def simulate_shipping(request: web.Request) -> web.Response:
         company = await company_of(request)
         ctx = build_context(request, company, "", None)
         async with tenant_tx(request.app[DATABASE].pool, company.id) as conn:
-            out = await service.simulate_shipping(conn, ctx, request.match_info["order_id"])
+            out = await order_ops.simulate_shipping(conn, ctx, request.match_info["order_id"])
         return _response(Stored(out.status, JSON, serialize(out.body)))
     except GatewayError as exc:
         return _error(exc)

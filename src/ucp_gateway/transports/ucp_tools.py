@@ -23,7 +23,7 @@ from typing import Any
 import asyncpg
 
 from ..appkeys import DATABASE, SETTINGS
-from ..commerce import carts, catalog_service, service
+from ..commerce import carts, catalog_service, order_ops, service
 from ..commerce.budget import spend_buyer_budget
 from ..commerce.context import UNVERIFIED, build_context, caller_of, negotiate, require_access
 from ..commerce.idempotency import JSON, KEY_MAX_LENGTH, Stored, check_key, fingerprint, run_idempotent, serialize
@@ -227,7 +227,7 @@ def ucp_tools() -> dict[str, McpTool]:
               keyed=True, sign=True, body=_checkout_arg),
         _tool("cancel_checkout", "checkout.cancel", "checkout", lambda c, ctx, a: service.cancel(c, ctx, _id_arg(a)),
               _schema(keyed=True, id_=True), "Cancel a checkout session.", keyed=True, body=lambda a: {}),
-        _tool("get_order", "orders.get", "order", lambda c, ctx, a: service.get_order(c, ctx, _id_arg(a)),
+        _tool("get_order", "orders.get", "order", lambda c, ctx, a: order_ops.get_order(c, ctx, _id_arg(a)),
               _schema(id_=True), "Get an order by id (UCP order.md)."),
         _tool("search_catalog", "catalog.search", "dev.ucp.shopping.catalog.search",
               lambda c, ctx, a: catalog_service.search(c, ctx, _catalog_arg(a)), _payload_schema("catalog", "search"),
