@@ -104,6 +104,8 @@ async def _new_db(base_dsn: str, template: str) -> str:
                 break
             except asyncpg.ObjectInUseError:
                 await asyncio.sleep(0.05 * (attempt + 1))
+        else:  # never a name of a database that does not exist
+            raise RuntimeError(f"could not clone {template}: still in use after 20 tries")
     finally:
         await conn.close()
     return name
