@@ -22,6 +22,7 @@ from .config import Settings
 from .db import Database
 from .db.database import connect_database
 from .discovery.web import setup as discovery_setup
+from .hostcache import HostCache
 from .mediatype import json_response
 from .middleware import (
     ACCESS_LOG,
@@ -35,7 +36,6 @@ from .middleware import (
     json_error,
 )
 from .monitor import setup as monitor_setup
-from .tenancy import HostCache
 from .transports.web import setup as transports_setup
 from .verbs.web import setup as verbs_setup
 

@@ -48,10 +48,11 @@ from multidict import istr
 from .appkeys import DATABASE, REQ_COMPANY, REQ_REQUEST_ID
 from .db.outage import as_outage
 from .errors import BadRequest, GatewayError
+from .hostcache import HostCache
 from .logs import REQUEST_ID_VAR
 from .mediatype import json_response
 from .metrics import observe_request
-from .tenancy import HostCache, valid_host_header
+from .tenancy import valid_host_header
 
 __all__ = [
     "ACCESS_LOG",

@@ -18,8 +18,9 @@ from ucp_gateway.clock import FrozenClock
 from ucp_gateway.discovery import SubagentSummary
 from ucp_gateway.discovery.profile_cache import ENTRY_OVERHEAD, RenderedProfiles
 from ucp_gateway.discovery.web import SUBAGENT_PROVIDER, setup
+from ucp_gateway.hostcache import HostCache
 from ucp_gateway.keys import KekRing, Vault, attach_vault, ensure_active_key, rotate
-from ucp_gateway.tenancy import SUBAGENTS, HostCache, create_company, list_companies, resolve_host
+from ucp_gateway.tenancy import SUBAGENTS, create_company, list_companies, resolve_host
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 
