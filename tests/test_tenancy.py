@@ -10,11 +10,11 @@ import pytest
 from ucp_gateway.app import create_app
 from ucp_gateway.db import tenant_tx
 from ucp_gateway.errors import BadRequest, Conflict
+from ucp_gateway.hostcache import HostCache
 from ucp_gateway.tenancy import (
     SUBAGENTS,
     CompanyMisconfigured,
     CompanyNotFound,
-    HostCache,
     create_company,
     get_company,
     list_companies,
