@@ -55,6 +55,7 @@ async def test_llms_txt_robots_and_sitemap_point_agents_at_ucp(client):
     assert "/ucp/v1" in text and "search_catalog" in text
     assert "- [Bouquet of Red Roses](https://" in text and "/products/roses-red): USD 35.00 to USD 90.00" in text
     assert "out of stock" in text  # the gardenias
+    assert "): 1 product\n" in text and "1 products" not in text  # the demo's one Greenery product
     robots = await (await client.get("/robots.txt")).text()
     assert "Sitemap: https://" in robots and "Disallow: /checkout-sessions/" in robots
     sitemap = await (await client.get("/sitemap.xml")).text()

@@ -113,6 +113,15 @@ async def test_sign_send_creates_a_checkout_and_verifies_the_answer(shop, agent,
     assert p.returncode == 0 and p.stdout.startswith("HTTP 201\n"), p.stderr + p.stdout
     assert p.stdout.endswith("}\n") and p.stderr.endswith("\n") and "verdict: valid" in p.stderr, (p.stdout, p.stderr)
 
+    # a request without a body (a signed GET of the checkout): no Content-Digest to cover, still verified
+    checkout_id = json.loads(p.stdout[p.stdout.index("\n{") :])["id"]
+    got = str(shop.make_url(f"/ucp/v1/checkout-sessions/{checkout_id}"))
+    p = await cli("sign", got, "--key", agent.key_file, "--profile", agent.profile_url, "--send", "--json")
+    assert p.returncode == 0, p.stderr + p.stdout
+    out = json.loads(p.stdout)
+    assert out["status"] == 200 and out["body"]["id"] == checkout_id, out  # the shop requires signatures
+    assert out["response_signature"]["verdict"]["ok"], out
+
 
 async def test_verify_accepts_what_the_gateway_signed_and_refuses_tampering(shop, agent, tmp_path):
     key = agent_key_from_jwk(json.loads(Path(agent.key_file).read_text()), agent.profile_url)

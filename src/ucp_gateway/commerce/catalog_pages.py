@@ -114,13 +114,17 @@ async def cart_page(request: web.Request, company: Company) -> web.Response:
     return page("catalog_cart.html", site=site, title="Your cart", cart=cart)
 
 
+def _products(n: int) -> str:
+    return "1 product" if n == 1 else f"{n} products"
+
+
 def llms_txt(site: str, origin: str, profile: dict[str, Any], rows: list[dict[str, Any]],
              categories: list[tuple[str, int]], total: int) -> str:  # fmt: skip
     """The llms.txt document (pure): title, summary, the UCP entry points, categories, products."""
     ucp = profile.get("ucp") or {}
     lines = [f"# {site}", ""]
     cats = ", ".join(c for c, _ in categories[:8])
-    lines += [f"> {site} sells {total} products{f' ({cats})' if cats else ''} to people and to AI buyer agents "
+    lines += [f"> {site} sells {_products(total)}{f' ({cats})' if cats else ''} to people and to AI buyer agents "
               "over the Universal Commerce Protocol (UCP).", ""]  # fmt: skip
     lines += [f"Agents start at [{origin}/.well-known/ucp]({origin}/.well-known/ucp): the UCP profile "
               f"(version {ucp.get('version', '')}, services, capabilities, signing keys). Sign every request "
@@ -141,7 +145,7 @@ def llms_txt(site: str, origin: str, profile: dict[str, Any], rows: list[dict[st
               "`cart_id`, then complete it with a payment credential.", ""]  # fmt: skip
     if categories:
         lines += ["## Categories", ""]
-        lines += [f"- [{c}]({origin}/?category={c.replace(' ', '%20').replace('&', '%26')}): {n} products"
+        lines += [f"- [{c}]({origin}/?category={c.replace(' ', '%20').replace('&', '%26')}): {_products(n)}"
                   for c, n in categories]  # fmt: skip
         lines.append("")
     lines += ["## Products", ""]

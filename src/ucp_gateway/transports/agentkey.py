@@ -98,8 +98,9 @@ class AgentKey:
             key_resolver=MappingKeyResolver(public_keys={}, private_keys={self.kid: self.private_key}),
         )
         msg = _Msg(method.upper(), url, h)
+        # the Content-Digest set above is reused; a request without a body covers none (a GET)
         signer.sign(msg, key_id=self.kid, created=now, label="sig1", include_alg=False, covered_component_ids=comps,
-                    use_existing_digest=True)  # fmt: skip
+                    use_existing_digest=bool(body))  # fmt: skip
         return dict(h.items())
 
     def public_jwk(self) -> dict[str, Any]:
