@@ -105,6 +105,8 @@ def term_words(text: str) -> int:
 _TERM_COLUMNS = ("p.min_price ", "p.max_price ", "p.currency ", "p.available ")
 
 
+#: the query's lexemes (stemmed, stop words dropped, distinct): what catalog_rank weighs
+_LEXEMES = "tsvector_to_array(to_tsvector('english'::regconfig, $2::text))"
 _PHRASE_TSQ = ", websearch_to_tsquery('english'::regconfig, $2::text) AS tsq"
 
 
@@ -135,8 +137,7 @@ def _term_candidates(words: int, where: list[str], phrase: bool) -> str:
         else ""
     )
     return (
-        "q AS MATERIALIZED (SELECT tsvector_to_array(to_tsvector('english'::regconfig, $2::text)) AS l"
-        f"{_PHRASE_TSQ if phrase else ''}),"
+        f"q AS MATERIALIZED (SELECT {_LEXEMES} AS l{_PHRASE_TSQ if phrase else ''}),"
         f" m AS MATERIALIZED (SELECT t1.product_id AS id, ({key})::float8 AS sort_key FROM catalog_terms t1{joins}"
         f"{product} WHERE t1.lexeme = (SELECT q.l[1] FROM q) AND {' AND '.join(conds)}"
         f" ORDER BY t1.product_id LIMIT {RANK_CANDIDATES})"
@@ -154,8 +155,8 @@ async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str
     find their candidates in catalog_terms, in product id order, reading about as many index
     entries as it takes to find them (independent of the catalogue's size) and ranking them from
     the same entries; other queries in the GIN index's order, ranked by catalog_rank over the
-    product's tsvector (the same value). Cursor pages of one query walk the same candidates. Other sorts walk every
-    match in their index order."""
+    product's tsvector (the same value). Cursor pages of one query walk the same candidates.
+    Other sorts walk every match in their index order."""
     sort = "trgm" if q.trgm else q.sort
     if q.text is None and sort == "relevance":
         sort = "title"
@@ -175,7 +176,7 @@ async def search_rows(conn: asyncpg.Connection, q: SearchQuery) -> list[dict[str
         if q.fuzzy and sort == "relevance":
             key = _SORTS["prefix"][0].format(tsq=tsq)
         else:
-            key = key.format(lexemes="tsvector_to_array(to_tsvector('english'::regconfig, $2::text))")
+            key = key.format(lexemes=_LEXEMES)
         where.append(f"p.search @@ {tsq}")
     else:
         qparam = None  # browse by filters ($2 unused but typed)
