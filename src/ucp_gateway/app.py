@@ -148,7 +148,11 @@ def create_app(
     """
     access_log = structlog.get_logger("ucp_gateway.http").bind()
     state = Foundation(
-        host_cache=HostCache(ttl=settings.host_cache_ttl),
+        host_cache=HostCache(
+            # a Host asked for its documents only is read as often as they are rendered
+            ttl=settings.host_cache_ttl,
+            known_ttl=settings.profile_render_ttl,
+        ),
         access_log=access_log,
         # filtering loggers know their level: when info is filtered out, skip the access-log work entirely
         log_on=getattr(access_log, "is_enabled_for", lambda level: True)(logging.INFO),

@@ -37,6 +37,13 @@ class HostCache:
     misses for one Host share one database lookup (with ``ttl`` > 0). At most ``max_entries``
     Hosts are kept; the oldest lookups go first.
 
+    :meth:`known` (what a public document cached per Host asks) queues a revalidation only once the
+    entry is ``known_ttl`` old (the document's own cache ``ttl``, at least ``ttl``): a document is no
+    fresher than its render, so its Host need not be read more often, and a platform with many
+    hosts asked for their documents pays a revalidation per Host per ``known_ttl``, not per ``ttl``.
+    A revalidation read hands its results on in chunks of ``_CHUNK`` entries with a turn of the
+    event loop between them, so a thousand Hosts renewed do not stall the requests in flight.
+
     An entry is a list ``[expires, company, version]`` renewed in place: a revalidation allocates
     nothing that outlives it, so ten thousand Hosts renewed every ``ttl`` do not feed the garbage
     collector's oldest generation (new long-lived objects are what trigger its full collections,
@@ -45,14 +52,17 @@ class HostCache:
 
     MISS = object()  #: what :meth:`cached` returns when the Host needs a lookup
     _BATCH = 1000
+    _CHUNK = 200
 
-    def __init__(self, ttl: float = 2.0, max_entries: int = 100_000, known_grace: float = 60.0):
+    def __init__(self, ttl: float = 2.0, max_entries: int = 100_000, known_grace: float = 60.0, known_ttl: float = 0.0):
         self.ttl = ttl
         self.max_entries = max_entries
         self.known_grace = max(known_grace, ttl)
+        self.known_ttl = min(max(known_ttl, ttl), self.known_grace)
         self._entries: dict[str, list[Any]] = {}  # Host -> [expires, company | None, version | None]
         self._inflight: dict[str, asyncio.Future[Company | None]] = {}
         self._stale: set[str] = set()
+        self._reading: frozenset[str] = frozenset()  # the Hosts of the revalidation read in flight
         self._pool: asyncpg.Pool | None = None
         self._revalidating: asyncio.Task[None] | None = None
         #: called after each revalidation read with ``[(host, company id, version, read at)]`` of the
@@ -85,10 +95,11 @@ class HostCache:
         hit = self._entries.get(key)
         if hit is None:
             return False
+        read = hit[0] - self.ttl  # when the entry was read (monotonic seconds)
         now = time.monotonic()
-        if hit[0] > now:
+        if read + self.known_ttl > now:
             return True
-        if hit[0] + self.known_grace - self.ttl > now and self._pool is not None:
+        if read + self.known_grace > now and self._pool is not None:
             self._stale.add(key)
             if self._revalidating is None:
                 self._revalidating = asyncio.get_running_loop().create_task(self._revalidate())
@@ -96,14 +107,14 @@ class HostCache:
         return False
 
     def revalidating(self, host: str | None) -> bool:
-        """Whether the entry for ``host`` is past its ``ttl`` but still known with a company, so
-        that a revalidation read covers it (queued by :meth:`known` or :meth:`cached`, which ask
-        first) and tells :attr:`renewed` about it. Synchronous."""
-        hit = self._entries.get(host or "")
-        if hit is None or hit[1] is None or self._pool is None:
+        """Whether a revalidation read covers the entry for ``host`` (queued by :meth:`known` or
+        :meth:`cached`, which the fast path asks first, or in the read in flight) and it has a
+        company, so the read tells :attr:`renewed` about it. Synchronous."""
+        key = host or ""
+        if key not in self._stale and key not in self._reading:
             return False
-        now = time.monotonic()
-        return hit[0] <= now < hit[0] + self.known_grace - self.ttl
+        hit = self._entries.get(key)
+        return hit is not None and hit[1] is not None
 
     async def resolve(self, pool: asyncpg.Pool, host: str | None) -> Company | None:
         """Like :func:`resolve_host`, through the cache (keyed by the Host as received, so a hit
@@ -140,30 +151,41 @@ class HostCache:
         try:
             while self._stale and self._pool is not None:
                 keys = [self._stale.pop() for _ in range(min(len(self._stale), self._BATCH))]
+                self._reading = frozenset(keys)
                 start = time.monotonic()
-                names = {key: normalize_host(key) for key in keys}
-                now = await host_versions(self._pool, sorted(set(names.values())))
-                renewed = []
-                for key, name in names.items():
-                    hit = self._entries.get(key)
-                    if hit is None or hit[0] > start:
-                        continue  # gone, or resolved again meanwhile
-                    company = hit[1]
-                    if now.get(name, (None, None)) == (company.id if company else None, hit[2]):
-                        hit[0] = start + self.ttl  # in place (class docstring)
-                        self._put(key, hit)
-                        if company is not None:
-                            renewed.append((key, company.id, hit[2], start))
-                    else:
-                        self._entries.pop(key, None)  # changed: the next request resolves it
-                for hook in self.renewed:
-                    hook(renewed)
+                names = [(key, normalize_host(key)) for key in keys]
+                now = await host_versions(self._pool, sorted({name for _, name in names}))
+                for at in range(0, len(names), self._CHUNK):
+                    if at:
+                        await asyncio.sleep(0)  # a turn for the requests in flight (class docstring)
+                    self._renew(names[at : at + self._CHUNK], now, start)
+                self._reading = frozenset()
         except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
             # the stale entries lapse after their grace; the full path then answers (an outage: 503)
             _log.warning("host_cache_revalidation_failed", error=exc.__class__.__name__)
             self._stale.clear()
         finally:
+            self._reading = frozenset()
             self._revalidating = None
+
+    def _renew(self, names: list[tuple[str, str]], now: dict[str, tuple[Any, Any]], start: float) -> None:
+        """Renew (in place, class docstring) or drop the entries of ``[(Host, normalised name)]`` by
+        what the read started at ``start`` found, ``now``; tell :attr:`renewed` what was renewed."""
+        renewed = []
+        for key, name in names:
+            hit = self._entries.get(key)
+            if hit is None or hit[0] > start:
+                continue  # gone, or resolved again meanwhile
+            company = hit[1]
+            if now.get(name, (None, None)) == (company.id if company else None, hit[2]):
+                hit[0] = start + self.ttl
+                self._put(key, hit)
+                if company is not None:
+                    renewed.append((key, company.id, hit[2], start))
+            else:
+                self._entries.pop(key, None)  # changed: the next request resolves it
+        for hook in self.renewed:
+            hook(renewed)
 
     def _done(self, key: str, task: asyncio.Future[Company | None]) -> None:
         self._inflight.pop(key, None)

@@ -278,6 +278,54 @@ async def test_a_host_is_known_to_the_fast_path_longer_than_its_company_is_cache
     assert cache._entries["a.example"] is entry
 
 
+async def test_a_host_asked_for_its_documents_only_is_read_as_often_as_they_are_rendered(database):
+    """known() queues a revalidation only once the entry is known_ttl old (the documents' render
+    ttl), not at ttl: hosts asked for their profiles only are read once per render ttl; cached()
+    (what a decision reads) still queues at ttl, and revalidating() says only what a read covers."""
+    await create_company(database.pool, slug="a", display_name="A", hostnames=["a.example"])
+    cache = HostCache(ttl=0.1, known_grace=30.0, known_ttl=5.0)
+    await cache.resolve(database.pool, "a.example")
+    entry = cache._entries["a.example"]
+    entry[0] = time.monotonic() - 1.0 + cache.ttl  # read 1 s ago: past ttl, within known_ttl
+    assert cache.known("a.example")
+    assert cache._revalidating is None and not cache._stale  # no read for a document's Host yet
+    assert not cache.revalidating("a.example")  # so the documents' cache reads for itself
+    entry[0] = time.monotonic() - 6.0 + cache.ttl  # read 6 s ago: past known_ttl
+    assert cache.known("a.example") and cache.revalidating("a.example")  # queued: a read covers it
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if cache._revalidating is None:
+            break
+    assert not cache.revalidating("a.example") and cache.cached("a.example").slug == "a"  # renewed
+    entry[0] = time.monotonic() - 0.15 + cache.ttl  # read 0.15 s ago: past ttl
+    assert cache.cached("a.example").slug == "a" and cache.revalidating("a.example")  # a decision: at ttl
+
+
+async def test_a_large_revalidation_read_hands_its_results_on_between_turns_of_the_loop(database):
+    """A read of a thousand stale Hosts renews them in chunks, a turn of the event loop between two:
+    requests in flight are answered while it renews, not after the whole batch (a stall)."""
+    cache = HostCache(ttl=0.1)
+    await cache.resolve(database.pool, "nobody.example")  # sets the pool; an unknown Host: the platform
+    hosts = [f"h{i}.nobody.example" for i in range(3 * HostCache._CHUNK)]
+    for host in hosts:
+        cache._put(host, [time.monotonic() - 0.05, None, None])  # stale, within its grace
+        assert cache.cached(host) is None  # answered stale, queued
+    assert cache._revalidating is not None
+    seen: list[int] = []
+
+    async def request_in_flight() -> None:
+        while cache._revalidating is not None:
+            now = time.monotonic()
+            seen.append(sum(cache._entries[h][0] > now for h in hosts))  # renewed so far
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(request_in_flight(), 5.0)
+    assert cache._reading == frozenset()
+    assert all(cache.cached(h) is None and cache._entries[h][0] > time.monotonic() for h in hosts)
+    # the other task ran while the batch was part renewed: between its chunks
+    assert any(0 < n < len(hosts) for n in seen), seen
+
+
 async def test_stale_profiles_of_many_companies_are_revalidated_in_one_read(
     aiohttp_client, database, db_settings, vault
 ):
@@ -378,17 +426,20 @@ async def test_the_host_caches_revalidation_renews_that_hosts_profile_without_a_
     settings = db_settings.model_copy(update={"profile_render_ttl": 1.0, "host_cache_ttl": 0.5})
     app = create_app(settings, database=database)
     client = await aiohttp_client(app)
-    t0 = time.monotonic()
+    rendered = app[_RENDERED]
+    reads = []
+    versions = rendered._versions
+    rendered._versions = lambda ids: reads.append(ids) or versions(ids)  # the documents' own reads
     assert (await client.get("/.well-known/ucp", headers={"Host": "acme.example"})).status == 200
-    await asyncio.sleep(0.6)
-    assert (await client.get("/.well-known/ucp", headers={"Host": "acme.example"})).status == 200  # host stale
+    await asyncio.sleep(1.05)  # past the profile's ttl, and the Host's known_ttl (the same)
+    assert (await client.get("/.well-known/ucp", headers={"Host": "acme.example"})).status == 200  # both stale
     hosts = app[HOST_CACHE]
     for _ in range(300):
         await asyncio.sleep(0.01)
         if hosts._revalidating is None:
             break
-    await asyncio.sleep(max(0.0, t0 + 1.2 - time.monotonic()))  # past the profile's own ttl
-    assert app[_RENDERED].fresh("acme.example") is not None and app[_RENDERED]._revalidating is None
+    assert rendered.fresh("acme.example") is not None and rendered._revalidating is None
+    assert reads == []  # renewed by the Host's read: none of its own
     await rotate(database.pool, c.id, actor="t", reason="r", now=NOW)  # a new version: not vouched for
     entry = app[_RENDERED]._entries["acme.example"]
     app[_RENDERED].vouch("acme.example", c.id, await _version(database.pool, c.id), time.monotonic() + 60)

@@ -121,6 +121,7 @@ class RenderedProfiles:
     expire under load); at most ``max_bytes`` of entries for every key together (module docstring)."""
 
     BATCH = 1000  #: companies whose versions one revalidation read asks for
+    CHUNK = 200  #: entries renewed between two turns of the event loop (no stall of a whole read)
 
     def __init__(
         self,
@@ -201,21 +202,30 @@ class RenderedProfiles:
                     continue
                 started = time.monotonic()  # the renewal is as old as the read
                 now = await self._versions(list(companies))
-                for key in keys:
-                    hit = entries.get(key)
-                    if hit is None or hit.expires > started or hit.company is None:
-                        continue  # gone, or rendered again meanwhile
-                    if now.get(hit.company) == hit.version:
-                        hit.expires = started + self.ttl  # in place (module docstring)
-                        entries.move_to_end(key)  # renewed: the last to go
-                    else:
-                        del entries[key]
-                        self.bytes -= hit.size
+                for at in range(0, len(keys), self.CHUNK):
+                    if at:
+                        await asyncio.sleep(0)  # a turn for the requests in flight
+                    self._renew(keys[at : at + self.CHUNK], now, started)
         except Exception as exc:  # a database error or outage; logged, never raised into a request
             _log.warning("profile_revalidation_failed", error=type(exc).__name__)
             stale.clear()
         finally:
             self._revalidating = None
+
+    def _renew(self, keys: list[Hashable], now: Mapping[UUID, UUID], started: float) -> None:
+        """Renew each entry of ``keys`` whose company is still at the version it was rendered at by
+        the read started at ``started`` (``now``), in place (module docstring); drop the others."""
+        entries = self._entries
+        for key in keys:
+            hit = entries.get(key)
+            if hit is None or hit.expires > started or hit.company is None:
+                continue  # gone, or rendered again meanwhile
+            if now.get(hit.company) == hit.version:
+                hit.expires = started + self.ttl
+                entries.move_to_end(key)  # renewed: the last to go
+            else:
+                del entries[key]
+                self.bytes -= hit.size
 
     async def get(self, key: Hashable, render: Render) -> Entry:
         """The entry for ``key``: fresh, stale (its revalidation queued, or its render started when
