@@ -326,6 +326,75 @@ async def test_a_large_revalidation_read_hands_its_results_on_between_turns_of_t
     assert any(0 < n < len(hosts) for n in seen), seen
 
 
+async def test_hosts_falling_due_one_by_one_are_revalidated_a_few_reads_per_ttl(database, monkeypatch):
+    """Under load Hosts fall due one by one; a revalidation waits GATHER of ttl for more before its
+    read, so they are read together, not in back-to-back reads of the few that fell due during the
+    last (at ten thousand hosts: a hundred reads a second of PostgreSQL's and the gateway's time)."""
+    import ucp_gateway.hostcache as hostcache
+
+    reads: list[int] = []
+    real = hostcache.host_versions
+
+    async def counted(pool, names):
+        reads.append(len(names))
+        return await real(pool, names)
+
+    monkeypatch.setattr(hostcache, "host_versions", counted)
+    cache = HostCache(ttl=0.2)
+    await cache.resolve(database.pool, "nobody.example")  # sets the pool; an unknown Host: the platform
+    hosts = [f"h{i}.nobody.example" for i in range(200)]
+    start = time.monotonic()
+    window = 0.4  # one Host falls due every 2 ms
+    for i, host in enumerate(hosts):
+        cache._put(host, [start + window * i / len(hosts), None, None])
+    end = start + window + 0.3
+    while time.monotonic() < end:  # requests for every Host, a turn of the loop apart
+        for host in hosts:
+            assert cache.cached(host) is None
+        await asyncio.sleep(0.001)
+    while cache._revalidating is not None:
+        await asyncio.sleep(0.01)
+    assert sum(reads) >= len(hosts)  # every Host was read
+    # a read per GATHER (an eighth) of ttl at most, and the last few: not a read per Host or two
+    assert len(reads) <= (end - start) / (cache.ttl / 8) + 3, reads
+
+
+async def test_profiles_falling_due_one_by_one_are_revalidated_a_few_reads_per_ttl():
+    """The rendered profiles' own revalidation gathers as the host cache's does: entries falling due
+    one by one under load are read together, a read per eighth of ttl at most."""
+    import uuid
+
+    from ucp_gateway.discovery.profile_cache import Entry
+
+    reads: list[int] = []
+    read: set = set()
+    version = uuid.uuid4()
+
+    async def versions(ids):
+        reads.append(len(ids))
+        read.update(ids)
+        await asyncio.sleep(0.001)  # a read's round trip
+        return dict.fromkeys(ids, version)
+
+    cache = RenderedProfiles(0.2, versions, grace=30.0)
+    keys = [f"p{i}.example" for i in range(200)]
+    companies = [uuid.uuid4() for _ in keys]
+    start = time.monotonic()
+    window = 0.4
+    for i, key in enumerate(keys):
+        cache._store(key, Entry(start + window * i / len(keys), b"{}", '"e"', companies[i], version))
+    end = start + window + 0.3
+    while time.monotonic() < end:
+        for key in keys:
+            if cache.fresh(key) is None:
+                assert cache.stale(key) is not None
+        await asyncio.sleep(0.001)
+    while cache._revalidating is not None:
+        await asyncio.sleep(0.01)
+    assert read == set(companies)  # every company's version was read
+    assert len(reads) <= (end - start) / (cache.ttl / 8) + 3, reads
+
+
 async def test_stale_profiles_of_many_companies_are_revalidated_in_one_read(
     aiohttp_client, database, db_settings, vault
 ):
