@@ -186,7 +186,8 @@ class RenderedProfiles:
             self._revalidating = asyncio.get_running_loop().create_task(self._revalidate())
 
     async def _revalidate(self) -> None:
-        """Every queued key, ``BATCH`` companies a read: renewed as rendered when its company's
+        """Every queued key, ``BATCH`` companies a read, each read ``GATHER`` of ``ttl`` after the
+        last (what falls due meanwhile is read with it): renewed as rendered when its company's
         version is the one it was rendered at, dropped otherwise. A failed read leaves the queued
         entries to lapse after their grace (the full path then renders, or answers the outage)."""
         entries, stale = self._entries, self._stale
